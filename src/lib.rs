@@ -1,0 +1,12 @@
+//! kite: Kubernetes controllers written as Starlark scripts.
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command-line interface (clap types only; `main.rs` wires them).
+//! - [`version`]: build and version information.
+//!
+//! Integration tests live in `tests/` and run against the local control plane that
+//! `tests/cluster` builds from Go modules.
+
+pub mod cli;
+pub mod version;

@@ -1,0 +1,321 @@
+//! Test support for integration tests against the local control plane.
+//!
+//! Every test gets its own namespace ([`TestNamespace`]), waits with deadlines
+//! ([`wait_until`]), and runs `kite` through [`Kite`], which kills the process when the
+//! test ends, passed or failed. Tests may run in parallel.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::Instant;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The local cluster's state directory, as `tests/cluster/up.sh` writes it.
+pub fn cluster_dir() -> PathBuf {
+    std::env::var_os("KITE_CLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cluster"))
+}
+
+/// The admin kubeconfig of the local cluster.
+pub fn kubeconfig() -> PathBuf {
+    let path = cluster_dir().join("kubeconfig");
+    assert!(
+        path.exists(),
+        "{} does not exist: start the local cluster with `make cluster-up`",
+        path.display()
+    );
+    path
+}
+
+/// The kubeconfig of the unprivileged user `kite-unprivileged`.
+pub fn unprivileged_kubeconfig() -> PathBuf {
+    cluster_dir().join("kubeconfig-unprivileged")
+}
+
+/// A client for the local cluster, as the admin user.
+pub async fn client() -> kube::Client {
+    client_from(&kubeconfig()).await
+}
+
+/// A client built from the given kubeconfig file.
+pub async fn client_from(path: &std::path::Path) -> kube::Client {
+    let kc = Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is valid");
+    kube::Client::try_from(config).expect("build client")
+}
+
+/// A name unique across tests and test runs, of the form `<prefix>-<suffix>`.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}-{:x}{:x}{n}",
+        std::process::id() % 0xfff,
+        nanos % 0xffff
+    )
+}
+
+/// A namespace that exists for one test and is deleted when it is dropped.
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates a fresh namespace named after `prefix`.
+    pub async fn new(prefix: &str) -> Self {
+        let name = unique_name(prefix);
+        kubectl_ok(&["create", "namespace", &name]).await;
+        kubectl_ok(&["label", "namespace", &name, "kite.test/owned=true"]).await;
+        // Pods need the namespace's default ServiceAccount, which a controller creates.
+        wait_until(
+            "the default ServiceAccount",
+            Duration::from_secs(30),
+            || async {
+                kubectl(&["get", "serviceaccount", "default", "-n", &name])
+                    .await
+                    .status
+                    .success()
+            },
+        )
+        .await;
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot be async; a detached kubectl keeps teardown off the test's runtime.
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Polls `check` until it returns true; panics naming `what` after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for(what, timeout, || {
+        let fut = check();
+        async move { fut.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `check` until it returns Some; returns the value, or panics after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(interval.min(deadline - Instant::now())).await;
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Runs kubectl as the admin user.
+pub async fn kubectl(args: &[&str]) -> Output {
+    kubectl_as(&kubeconfig(), args).await
+}
+
+/// Runs kubectl with the given kubeconfig.
+pub async fn kubectl_as(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    tokio::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run kubectl")
+}
+
+/// Runs kubectl as the admin user and returns its stdout; panics with stderr on failure.
+pub async fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl(args).await;
+    assert!(
+        out.status.success(),
+        "kubectl {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Runs kubectl with a manifest on stdin.
+pub async fn kubectl_stdin(args: &[&str], stdin: &str) -> Output {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run kubectl");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.as_bytes()).await.unwrap();
+    drop(pipe);
+    child.wait_with_output().await.expect("kubectl output")
+}
+
+/// A running `kite` process whose output is captured line by line. It is killed when
+/// dropped, so a failing test never leaves it behind.
+pub struct Kite {
+    child: tokio::process::Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+/// The path of the `kite` binary under test.
+pub fn kite_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kite"))
+}
+
+impl Kite {
+    /// Starts `kite ARGS` with the local cluster's admin kubeconfig.
+    pub fn spawn(args: &[&str]) -> Self {
+        let mut child = tokio::process::Command::new(kite_bin())
+            .args(args)
+            .env("KUBECONFIG", kubeconfig())
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start kite");
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The stdout lines so far.
+    pub fn stdout(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// The stderr lines so far.
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until a stdout line contains `needle`, and returns that line.
+    pub async fn wait_stdout(&mut self, needle: &str, timeout: Duration) -> String {
+        let what = format!("kite stdout to contain {needle:?}");
+        let lines = self.stdout.clone();
+        let err = self.stderr.clone();
+        let found = wait_for(&what, timeout, || {
+            let hit = lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+                .cloned();
+            async move { hit }
+        });
+        match tokio::time::timeout(timeout + Duration::from_secs(1), found).await {
+            Ok(line) => line,
+            Err(_) => panic!("{what}; stderr: {:?}", err.lock().unwrap()),
+        }
+    }
+
+    /// The process id, for sending signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("kite is running")
+    }
+
+    /// Waits for the process to exit and returns its exit status.
+    pub async fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .expect("kite exits in time")
+            .expect("wait for kite")
+    }
+}
+
+fn collect<R>(pipe: R) -> Arc<Mutex<Vec<String>>>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+/// Runs `kite ARGS` to completion (with a deadline) and returns its output.
+pub async fn kite_output(args: &[&str], timeout: Duration) -> Output {
+    let child = tokio::process::Command::new(kite_bin())
+        .args(args)
+        .env("KUBECONFIG", kubeconfig())
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(timeout, child)
+        .await
+        .unwrap_or_else(|_| panic!("kite {} did not finish within {timeout:?}", args.join(" ")))
+        .expect("run kite")
+}
+
+/// The audit log entries of the local cluster whose raw line contains `needle` (a cheap
+/// filter, since the log holds every request of every test), parsed.
+pub fn audit_events(needle: &str) -> Vec<serde_json::Value> {
+    use std::io::BufRead;
+    let Ok(file) = std::fs::File::open(cluster_dir().join("audit.log")) else {
+        return Vec::new();
+    };
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect()
+}
