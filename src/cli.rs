@@ -1,6 +1,8 @@
 //! The command-line interface: argument types only, parsed by clap.
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Kubernetes controllers written as Starlark scripts.
 #[derive(Debug, Parser)]
@@ -12,6 +14,63 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a Starlark script.
+    Run(RunArgs),
+    /// Parse and lint a script without running it.
+    Check {
+        /// The script to check.
+        file: PathBuf,
+    },
     /// Print the version of kite.
     Version,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The script to run.
+    pub file: PathBuf,
+    /// A script variable, read with var_str/var_int/var_bool/var_float (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// A YAML file of script variables; --var values override it (repeatable).
+    #[arg(long = "var-file", value_name = "FILE")]
+    pub var_files: Vec<PathBuf>,
+    /// Allow everything below.
+    #[arg(long)]
+    pub allow_all: bool,
+    /// Allow access to the Kubernetes API.
+    #[arg(long)]
+    pub allow_k8s: bool,
+    /// Allow network access (implies --allow-k8s).
+    #[arg(long)]
+    pub allow_net: bool,
+    /// Allow filesystem access.
+    #[arg(long)]
+    pub allow_fs: bool,
+    /// Allow reading environment variables.
+    #[arg(long)]
+    pub allow_env: bool,
+    /// Send every write with dryRun=All and print what would change.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: LogFormat,
+    /// More logging (-v: debug, -vv: trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }

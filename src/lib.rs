@@ -9,4 +9,7 @@
 //! `tests/cluster` builds from Go modules.
 
 pub mod cli;
+pub mod duration;
+pub mod k8s;
+pub mod script;
 pub mod version;

@@ -1,0 +1,126 @@
+//! Manifests as scripts give them: dicts, AttrDicts, builder results, lists of those, or
+//! YAML strings with one or more documents.
+
+use serde_json::Value as Json;
+use starlark::values::Value;
+use starlark::values::list::ListRef;
+use starlark::values::tuple::TupleRef;
+
+use crate::script::json::from_starlark;
+
+/// Flattens a script value into a list of JSON manifests.
+///
+/// # Errors
+/// A value that is not a mapping, a list of them, or YAML text; YAML syntax errors.
+pub fn manifests(value: Value) -> anyhow::Result<Vec<Json>> {
+    let mut out = Vec::new();
+    collect(value, &mut out)?;
+    Ok(out)
+}
+
+fn collect(value: Value, out: &mut Vec<Json>) -> anyhow::Result<()> {
+    if let Some(text) = value.unpack_str() {
+        for doc in parse_yaml(text)? {
+            push(doc, out)?;
+        }
+        return Ok(());
+    }
+    let items = ListRef::from_value(value)
+        .map(|l| l.content())
+        .or_else(|| TupleRef::from_value(value).map(|t| t.content()));
+    if let Some(items) = items {
+        for item in items {
+            collect(*item, out)?;
+        }
+        return Ok(());
+    }
+    push(from_starlark(value)?, out)
+}
+
+fn push(doc: Json, out: &mut Vec<Json>) -> anyhow::Result<()> {
+    match doc {
+        Json::Null => Ok(()), // an empty YAML document
+        Json::Object(ref map) if map.get("kind").and_then(Json::as_str) == Some("List") => {
+            for item in map
+                .get("items")
+                .and_then(Json::as_array)
+                .into_iter()
+                .flatten()
+            {
+                push(item.clone(), out)?;
+            }
+            Ok(())
+        }
+        Json::Object(_) => {
+            out.push(doc);
+            Ok(())
+        }
+        other => anyhow::bail!("a manifest must be a mapping, got {}", type_name(&other)),
+    }
+}
+
+fn type_name(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "a mapping",
+    }
+}
+
+/// Parses YAML text with any number of `---`-separated documents.
+///
+/// # Errors
+/// The YAML error, with its line and column.
+pub fn parse_yaml(text: &str) -> anyhow::Result<Vec<Json>> {
+    serde_saphyr::from_multiple(text).map_err(|e| anyhow::anyhow!("invalid YAML: {e}"))
+}
+
+/// Renders manifests as a YAML stream.
+///
+/// # Errors
+/// Only when a value cannot be represented (not expected for JSON input).
+pub fn to_yaml(docs: &[Json]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_saphyr::to_string(doc)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn multi_document_yaml_and_lists_flatten() {
+        let docs = parse_yaml("a: 1\n---\n---\nb: [x]\n").unwrap();
+        let mut out = Vec::new();
+        for d in docs {
+            push(d, &mut out).unwrap();
+        }
+        assert_eq!(out, vec![json!({"a": 1}), json!({"b": ["x"]})]);
+        let mut out = Vec::new();
+        push(json!({"kind": "List", "items": [{"kind": "A"}]}), &mut out).unwrap();
+        assert_eq!(out, vec![json!({"kind": "A"})]);
+        assert!(push(json!(3), &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn yaml_round_trips_large_ints() {
+        let doc = json!({"n": 9007199254740993u64, "s": "1", "z": null});
+        let text = to_yaml(std::slice::from_ref(&doc)).unwrap();
+        assert_eq!(parse_yaml(&text).unwrap(), vec![doc]);
+    }
+
+    #[test]
+    fn bad_yaml_is_an_error() {
+        assert!(parse_yaml("a: [").is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! `k8s.obj`: builders that return plain Kubernetes manifests as AttrDicts.
+//!
+//! Every builder takes keyword arguments only (most also take `name` as the first
+//! positional one), maps snake_case keywords to the API's camelCase fields, and fills
+//! in `apiVersion` and `kind`. An unknown keyword is an error that lists the accepted
+//! ones, so a typo never silently drops a field; `None` means "not given". Inputs may be
+//! dicts, AttrDicts, lists or other builders' results.
+
+mod args;
+mod containers;
+mod core;
+mod crd;
+mod extra;
+mod rbac;
+#[cfg(test)]
+mod tests;
+mod workloads;
+
+use std::sync::OnceLock;
+
+use starlark::collections::SmallMap;
+use starlark::environment::{Globals, GlobalsBuilder};
+use starlark::starlark_module;
+use starlark::values::tuple::UnpackTuple;
+use starlark::values::{FrozenValue, Heap, Value};
+
+use self::args::{Args, Builder};
+use crate::script::json::to_starlark;
+
+/// Every builder, for the tests to sweep.
+#[cfg(test)]
+const ALL: &[&Builder] = &[
+    &workloads::DEPLOYMENT,
+    &workloads::STATEFUL_SET,
+    &workloads::DAEMON_SET,
+    &workloads::JOB,
+    &workloads::CRON_JOB,
+    &workloads::POD,
+    &containers::CONTAINER,
+    &containers::CONTAINER_PORT,
+    &containers::ENV_VAR,
+    &containers::VOLUME,
+    &containers::VOLUME_MOUNT,
+    &core::SERVICE,
+    &core::SERVICE_PORT,
+    &core::CONFIG_MAP,
+    &core::SECRET,
+    &core::NAMESPACE,
+    &core::SERVICE_ACCOUNT,
+    &rbac::ROLE,
+    &rbac::CLUSTER_ROLE,
+    &rbac::POLICY_RULE,
+    &rbac::ROLE_BINDING,
+    &rbac::CLUSTER_ROLE_BINDING,
+    &extra::INGRESS,
+    &extra::LEASE,
+    &crd::CRD,
+];
+
+/// The frozen `obj` namespace, to be placed under `k8s`.
+pub fn obj_namespace() -> FrozenValue {
+    static GLOBALS: OnceLock<Globals> = OnceLock::new();
+    let globals = GLOBALS.get_or_init(|| {
+        GlobalsBuilder::new()
+            .with_namespace("obj", builders)
+            .build()
+    });
+    // Living in a static, the value's heap outlives every module that refers to it.
+    globals
+        .iter()
+        .find(|(name, _)| *name == "obj")
+        .map(|(_, v)| v)
+        .expect("the obj namespace is defined just above")
+}
+
+/// Runs one builder: checks and converts its arguments, then allocates the manifest.
+fn call<'v>(
+    heap: Heap<'v>,
+    b: &Builder,
+    args: UnpackTuple<Value<'v>>,
+    kwargs: SmallMap<String, Value<'v>>,
+) -> anyhow::Result<Value<'v>> {
+    let args = Args::parse(b, &args.items, kwargs)?;
+    let json = (b.build)(&args)?;
+    Ok(to_starlark(heap, &json))
+}
+
+/// Declares the Starlark functions; each only forwards to its [`Builder`].
+macro_rules! builtins {
+    ($($(#[doc = $doc:literal])* $name:ident => $builder:expr;)*) => {
+        #[starlark_module]
+        fn builders(globals: &mut GlobalsBuilder) {
+            $(
+                $(#[doc = $doc])*
+                fn $name<'v>(
+                    #[starlark(args)] args: UnpackTuple<Value<'v>>,
+                    #[starlark(kwargs)] kwargs: SmallMap<String, Value<'v>>,
+                    heap: Heap<'v>,
+                ) -> anyhow::Result<Value<'v>> {
+                    call(heap, &$builder, args, kwargs)
+                }
+            )*
+        }
+    };
+}
+
+builtins! {
+    /// An apps/v1 Deployment; `labels` (default `{"app": name}`) select its pods.
+    deployment => workloads::DEPLOYMENT;
+    /// An apps/v1 StatefulSet; `service_name` defaults to `name`.
+    stateful_set => workloads::STATEFUL_SET;
+    /// An apps/v1 DaemonSet.
+    daemon_set => workloads::DAEMON_SET;
+    /// A batch/v1 Job; its pods' `restart_policy` defaults to "Never".
+    job => workloads::JOB;
+    /// A batch/v1 CronJob running a Job on `schedule`.
+    cron_job => workloads::CRON_JOB;
+    /// A v1 Pod.
+    pod => workloads::POD;
+    /// A container for the `containers` of a workload.
+    container => containers::CONTAINER;
+    /// A container port for `container(ports = [...])`.
+    container_port => containers::CONTAINER_PORT;
+    /// An environment variable for `container(env = [...])`.
+    env_var => containers::ENV_VAR;
+    /// A pod volume; without a source it is an emptyDir.
+    volume => containers::VOLUME;
+    /// A volume mount for `container(volume_mounts = [...])`.
+    volume_mount => containers::VOLUME_MOUNT;
+    /// A v1 Service; `selector` defaults to `{"app": name}`.
+    service => core::SERVICE;
+    /// A service port for `service(ports = [...])`.
+    service_port => core::SERVICE_PORT;
+    /// A v1 ConfigMap.
+    config_map => core::CONFIG_MAP;
+    /// A v1 Secret; `data` is base64, `string_data` plain text.
+    secret => core::SECRET;
+    /// A v1 Namespace.
+    namespace => core::NAMESPACE;
+    /// A v1 ServiceAccount.
+    service_account => core::SERVICE_ACCOUNT;
+    /// An RBAC Role.
+    role => rbac::ROLE;
+    /// An RBAC ClusterRole.
+    cluster_role => rbac::CLUSTER_ROLE;
+    /// A rule for `role(rules = [...])`; `api_groups` defaults to the core group.
+    policy_rule => rbac::POLICY_RULE;
+    /// An RBAC RoleBinding of `role` (a Role, or a ClusterRole with `role_kind`).
+    role_binding => rbac::ROLE_BINDING;
+    /// An RBAC ClusterRoleBinding of the ClusterRole `role`.
+    cluster_role_binding => rbac::CLUSTER_ROLE_BINDING;
+    /// A networking.k8s.io/v1 Ingress.
+    ingress => extra::INGRESS;
+    /// A coordination.k8s.io/v1 Lease.
+    lease => extra::LEASE;
+    /// An apiextensions.k8s.io/v1 CustomResourceDefinition named `<plural>.<group>`.
+    crd => crd::CRD;
+}

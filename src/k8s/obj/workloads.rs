@@ -1,0 +1,330 @@
+//! Workload builders: deployment, stateful_set, daemon_set, job, cron_job and pod.
+//!
+//! They flatten the pod template into the builder's own keywords. `labels` (default
+//! `{"app": name}`) labels the object and its pods and, where there is one, is the
+//! selector; `selector` narrows the selector, `pod_labels` and `pod_annotations` only
+//! label the pods.
+
+use anyhow::Result;
+use serde_json::{Value as Json, json};
+
+use super::args::{Args, Builder, Obj, Put, manifest};
+
+/// The pod-spec keywords every workload builder accepts after its own.
+macro_rules! keywords {
+    ($($k:literal),* $(,)?) => {
+        &[
+            $($k,)*
+            "containers", "init_containers", "volumes",
+            "service_account_name", "automount_service_account_token", "node_selector",
+            "node_name", "restart_policy", "tolerations", "affinity",
+            "topology_spread_constraints", "image_pull_secrets", "security_context",
+            "host_network", "dns_policy", "hostname", "subdomain", "priority_class_name",
+            "termination_grace_period_seconds",
+        ]
+    };
+}
+
+pub(super) const DEPLOYMENT: Builder = Builder {
+    name: "deployment",
+    keywords: keywords!(
+        "name",
+        "namespace",
+        "replicas",
+        "labels",
+        "annotations",
+        "selector",
+        "strategy",
+        "min_ready_seconds",
+        "revision_history_limit",
+        "progress_deadline_seconds",
+        "paused",
+        "pod_labels",
+        "pod_annotations",
+    ),
+    positional: Some("name"),
+    build: deployment,
+};
+
+pub(super) const STATEFUL_SET: Builder = Builder {
+    name: "stateful_set",
+    keywords: keywords!(
+        "name",
+        "namespace",
+        "replicas",
+        "labels",
+        "annotations",
+        "selector",
+        "service_name",
+        "volume_claim_templates",
+        "pod_management_policy",
+        "update_strategy",
+        "min_ready_seconds",
+        "revision_history_limit",
+        "pod_labels",
+        "pod_annotations",
+    ),
+    positional: Some("name"),
+    build: stateful_set,
+};
+
+pub(super) const DAEMON_SET: Builder = Builder {
+    name: "daemon_set",
+    keywords: keywords!(
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "selector",
+        "update_strategy",
+        "min_ready_seconds",
+        "revision_history_limit",
+        "pod_labels",
+        "pod_annotations",
+    ),
+    positional: Some("name"),
+    build: daemon_set,
+};
+
+pub(super) const JOB: Builder = Builder {
+    name: "job",
+    keywords: keywords!(
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "backoff_limit",
+        "completions",
+        "parallelism",
+        "active_deadline_seconds",
+        "ttl_seconds_after_finished",
+        "completion_mode",
+        "suspend",
+        "pod_labels",
+        "pod_annotations",
+    ),
+    positional: Some("name"),
+    build: job,
+};
+
+pub(super) const CRON_JOB: Builder = Builder {
+    name: "cron_job",
+    keywords: keywords!(
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "schedule",
+        "time_zone",
+        "concurrency_policy",
+        "suspend",
+        "starting_deadline_seconds",
+        "successful_jobs_history_limit",
+        "failed_jobs_history_limit",
+        "backoff_limit",
+        "completions",
+        "parallelism",
+        "active_deadline_seconds",
+        "ttl_seconds_after_finished",
+        "pod_labels",
+        "pod_annotations",
+    ),
+    positional: Some("name"),
+    build: cron_job,
+};
+
+pub(super) const POD: Builder = Builder {
+    name: "pod",
+    keywords: keywords!("name", "namespace", "labels", "annotations"),
+    positional: Some("name"),
+    build: pod,
+};
+
+/// A `{"type": ...}` strategy from a bare string, or the dict as given.
+fn strategy(a: &Args, key: &str) -> Result<Option<Json>> {
+    match a.json(key) {
+        None => Ok(None),
+        Some(Json::String(s)) => Ok(Some(json!({ "type": s }))),
+        Some(v @ Json::Object(_)) => Ok(Some(v.clone())),
+        Some(_) => Err(a.err(key, "must be a strategy type string or a dict")),
+    }
+}
+
+/// The pod spec from the shared pod keywords.
+fn pod_spec(a: &Args, default_restart: Option<&str>) -> Result<Obj> {
+    let mut s = Obj::new();
+    let containers = a.req("containers", a.objects("containers"))?;
+    if containers.is_empty() {
+        return Err(a.err("containers", "must not be empty"));
+    }
+    s.insert("containers".into(), containers.into());
+    s.put("initContainers", a.objects("init_containers")?);
+    s.put("volumes", a.objects("volumes")?);
+    s.put("serviceAccountName", a.str("service_account_name")?);
+    s.put(
+        "automountServiceAccountToken",
+        a.bool("automount_service_account_token")?,
+    );
+    s.put("nodeSelector", a.str_map("node_selector")?);
+    s.put("nodeName", a.str("node_name")?);
+    s.put(
+        "restartPolicy",
+        a.str("restart_policy")?
+            .or(default_restart.map(str::to_owned)),
+    );
+    s.put("tolerations", a.objects("tolerations")?);
+    s.put("affinity", a.object("affinity")?);
+    s.put(
+        "topologySpreadConstraints",
+        a.objects("topology_spread_constraints")?,
+    );
+    s.put("imagePullSecrets", a.name_refs("image_pull_secrets")?);
+    s.put("securityContext", a.object("security_context")?);
+    s.put("hostNetwork", a.bool("host_network")?);
+    s.put("dnsPolicy", a.str("dns_policy")?);
+    s.put("hostname", a.str("hostname")?);
+    s.put("subdomain", a.str("subdomain")?);
+    s.put("priorityClassName", a.str("priority_class_name")?);
+    s.put(
+        "terminationGracePeriodSeconds",
+        a.int("termination_grace_period_seconds")?,
+    );
+    Ok(s)
+}
+
+/// The object's labels, its pods' labels and its selector.
+struct Labels {
+    object: Obj,
+    pods: Obj,
+    selector: Obj,
+}
+
+fn labels(a: &Args) -> Result<Labels> {
+    let name = a.req_str("name")?;
+    let object = a.labels_or_app(&name)?;
+    let selector = a.str_map("selector")?.unwrap_or_else(|| object.clone());
+    let mut pods = object.clone();
+    // The selector must match the pods, so its labels always reach the template.
+    pods.extend(selector.clone());
+    pods.extend(a.str_map("pod_labels")?.unwrap_or_default());
+    Ok(Labels {
+        object,
+        pods,
+        selector,
+    })
+}
+
+/// A pod template from the pod keywords and the pods' labels.
+fn template(a: &Args, pod_labels: Obj, default_restart: Option<&str>) -> Result<Json> {
+    let mut meta = Obj::new();
+    meta.insert("labels".into(), pod_labels.into());
+    meta.put("annotations", a.str_map("pod_annotations")?);
+    Ok(json!({ "metadata": meta, "spec": pod_spec(a, default_restart)? }))
+}
+
+/// A workload manifest whose spec has a selector and a pod template; `spec` holds the
+/// kind's own fields.
+fn selected(a: &Args, api: &str, kind: &str, mut spec: Obj) -> Result<Json> {
+    let l = labels(a)?;
+    spec.insert("selector".into(), json!({ "matchLabels": l.selector }));
+    spec.insert("template".into(), template(a, l.pods, None)?);
+    let mut m = manifest(api, kind, a.metadata(Some(l.object))?);
+    m.insert("spec".into(), spec.into());
+    Ok(m.into())
+}
+
+fn deployment(a: &Args) -> Result<Json> {
+    let mut s = Obj::new();
+    s.put("replicas", a.int("replicas")?);
+    s.put("strategy", strategy(a, "strategy")?);
+    s.put("minReadySeconds", a.int("min_ready_seconds")?);
+    s.put("revisionHistoryLimit", a.int("revision_history_limit")?);
+    s.put(
+        "progressDeadlineSeconds",
+        a.int("progress_deadline_seconds")?,
+    );
+    s.put("paused", a.bool("paused")?);
+    selected(a, "apps/v1", "Deployment", s)
+}
+
+fn stateful_set(a: &Args) -> Result<Json> {
+    let mut s = Obj::new();
+    s.put("replicas", a.int("replicas")?);
+    // A headless Service named after the set is the common layout, hence the default.
+    s.put(
+        "serviceName",
+        Some(a.str("service_name")?.unwrap_or(a.req_str("name")?)),
+    );
+    s.put("volumeClaimTemplates", a.objects("volume_claim_templates")?);
+    s.put("podManagementPolicy", a.str("pod_management_policy")?);
+    s.put("updateStrategy", strategy(a, "update_strategy")?);
+    s.put("minReadySeconds", a.int("min_ready_seconds")?);
+    s.put("revisionHistoryLimit", a.int("revision_history_limit")?);
+    selected(a, "apps/v1", "StatefulSet", s)
+}
+
+fn daemon_set(a: &Args) -> Result<Json> {
+    let mut s = Obj::new();
+    s.put("updateStrategy", strategy(a, "update_strategy")?);
+    s.put("minReadySeconds", a.int("min_ready_seconds")?);
+    s.put("revisionHistoryLimit", a.int("revision_history_limit")?);
+    selected(a, "apps/v1", "DaemonSet", s)
+}
+
+/// A Job spec. Jobs generate their own selector, so none is set.
+fn job_spec(a: &Args, pod_labels: Obj) -> Result<Obj> {
+    let mut s = Obj::new();
+    s.put("backoffLimit", a.int("backoff_limit")?);
+    s.put("completions", a.int("completions")?);
+    s.put("parallelism", a.int("parallelism")?);
+    s.put("activeDeadlineSeconds", a.int("active_deadline_seconds")?);
+    s.put(
+        "ttlSecondsAfterFinished",
+        a.int("ttl_seconds_after_finished")?,
+    );
+    s.put("template", Some(template(a, pod_labels, Some("Never"))?));
+    Ok(s)
+}
+
+fn job(a: &Args) -> Result<Json> {
+    let l = labels(a)?;
+    let mut s = job_spec(a, l.pods)?;
+    s.put("completionMode", a.str("completion_mode")?);
+    s.put("suspend", a.bool("suspend")?);
+    let mut m = manifest("batch/v1", "Job", a.metadata(Some(l.object))?);
+    m.insert("spec".into(), s.into());
+    Ok(m.into())
+}
+
+fn cron_job(a: &Args) -> Result<Json> {
+    let l = labels(a)?;
+    let mut s = Obj::new();
+    s.insert("schedule".into(), a.req_str("schedule")?.into());
+    s.put("timeZone", a.str("time_zone")?);
+    s.put("concurrencyPolicy", a.str("concurrency_policy")?);
+    s.put("suspend", a.bool("suspend")?);
+    s.put(
+        "startingDeadlineSeconds",
+        a.int("starting_deadline_seconds")?,
+    );
+    s.put(
+        "successfulJobsHistoryLimit",
+        a.int("successful_jobs_history_limit")?,
+    );
+    s.put(
+        "failedJobsHistoryLimit",
+        a.int("failed_jobs_history_limit")?,
+    );
+    let job = json!({ "metadata": { "labels": l.object }, "spec": job_spec(a, l.pods)? });
+    s.insert("jobTemplate".into(), job);
+    let mut m = manifest("batch/v1", "CronJob", a.metadata(Some(l.object))?);
+    m.insert("spec".into(), s.into());
+    Ok(m.into())
+}
+
+fn pod(a: &Args) -> Result<Json> {
+    let labels = a.labels_or_app(&a.req_str("name")?)?;
+    let mut m = manifest("v1", "Pod", a.metadata(Some(labels))?);
+    m.insert("spec".into(), pod_spec(a, None)?.into());
+    Ok(m.into())
+}

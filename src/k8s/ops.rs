@@ -1,0 +1,303 @@
+//! The cluster operations behind the `k8s` module, on JSON values, each with a deadline.
+
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value as Json, json};
+
+use super::discovery::{self, Resource};
+use super::session::Session;
+
+/// Why an operation failed. The API server's message and code are kept verbatim.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Resolve(#[from] discovery::Error),
+    #[error("{message} ({code})")]
+    Api { message: String, code: u16 },
+    #[error("{0}")]
+    Request(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("invalid manifest: {0}")]
+    Manifest(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => Error::Api {
+                message: status.message.clone(),
+                code: status.code,
+            },
+            other => Error::Request(other.to_string()),
+        }
+    }
+}
+
+impl Error {
+    /// The HTTP status code, when the API server answered with an error.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Error::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `fut` with a deadline.
+pub async fn with_timeout<T>(timeout: Duration, fut: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| Error::Timeout(timeout))?
+}
+
+/// A resolved kind and the namespace a call applies to (None for cluster scope).
+pub struct Target {
+    pub resource: Resource,
+    pub namespace: Option<String>,
+}
+
+impl Target {
+    /// Resolves `kind` and picks the namespace: the call's, else the session default.
+    /// `namespace="*"` means all namespaces (list and watch only).
+    pub async fn resolve(session: &Session, kind: &str, namespace: Option<&str>) -> Result<Self> {
+        let resource = session.discovery.resolve(kind).await?;
+        Ok(Self::new(session, resource, namespace))
+    }
+
+    fn new(session: &Session, resource: Resource, namespace: Option<&str>) -> Self {
+        let namespace = resource.namespaced.then(|| {
+            namespace
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&session.namespace)
+                .to_owned()
+        });
+        Self {
+            resource,
+            namespace,
+        }
+    }
+
+    /// The dynamic API for this target.
+    pub fn api(&self, session: &Session) -> Api<DynamicObject> {
+        let ar = &self.resource.api_resource;
+        match self.namespace.as_deref() {
+            Some("*") | None => Api::all_with(session.client.clone(), ar),
+            Some(ns) => Api::namespaced_with(session.client.clone(), ns, ar),
+        }
+    }
+
+    /// `deployments.apps` or `pods`: how kubectl names the resource in messages.
+    pub fn display_name(&self) -> String {
+        let ar = &self.resource.api_resource;
+        if ar.group.is_empty() {
+            ar.plural.clone()
+        } else {
+            format!("{}.{}", ar.plural, ar.group)
+        }
+    }
+
+    /// Fills in apiVersion and kind, which list items come back without.
+    pub fn complete(&self, mut obj: Json) -> Json {
+        if let Some(map) = obj.as_object_mut() {
+            let ar = &self.resource.api_resource;
+            map.entry("apiVersion")
+                .or_insert_with(|| json!(ar.api_version));
+            map.entry("kind").or_insert_with(|| json!(ar.kind));
+        }
+        obj
+    }
+}
+
+fn to_json(obj: &DynamicObject) -> Result<Json> {
+    serde_json::to_value(obj).map_err(|e| Error::Request(e.to_string()))
+}
+
+fn from_json(obj: &Json) -> Result<DynamicObject> {
+    serde_json::from_value(obj.clone()).map_err(|e| Error::Manifest(e.to_string()))
+}
+
+fn dry_run_params(session: &Session, dry_run: bool) -> bool {
+    session.dry_run || dry_run
+}
+
+/// GET one object.
+pub async fn get(
+    session: &Session,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<Json> {
+    let target = Target::resolve(session, kind, namespace).await?;
+    let obj = target.api(session).get(name).await?;
+    Ok(target.complete(to_json(&obj)?))
+}
+
+/// LIST objects, optionally by label and field selector.
+pub async fn list(
+    session: &Session,
+    kind: &str,
+    namespace: Option<&str>,
+    labels: Option<&str>,
+    fields: Option<&str>,
+) -> Result<Vec<Json>> {
+    let target = Target::resolve(session, kind, namespace).await?;
+    let mut params = ListParams::default();
+    if let Some(l) = labels {
+        params = params.labels(l);
+    }
+    if let Some(f) = fields {
+        params = params.fields(f);
+    }
+    let list = target.api(session).list(&params).await?;
+    list.items
+        .iter()
+        .map(|o| Ok(target.complete(to_json(o)?)))
+        .collect()
+}
+
+/// The resolved target of a manifest: its apiVersion/kind, namespace and name.
+pub async fn manifest_target(
+    session: &Session,
+    manifest: &Json,
+    namespace: Option<&str>,
+) -> Result<(Target, String)> {
+    let api_version = manifest["apiVersion"]
+        .as_str()
+        .ok_or_else(|| Error::Manifest("apiVersion is missing".into()))?;
+    let kind = manifest["kind"]
+        .as_str()
+        .ok_or_else(|| Error::Manifest("kind is missing".into()))?;
+    let name = manifest["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| Error::Manifest(format!("{kind}: metadata.name is missing")))?;
+    let resource = session.discovery.resolve_gvk(api_version, kind).await?;
+    // Precedence: the call's namespace=, then metadata.namespace, then the default.
+    let ns = namespace.or_else(|| manifest["metadata"]["namespace"].as_str());
+    Ok((Target::new(session, resource, ns), name.to_owned()))
+}
+
+fn with_namespace(manifest: &Json, target: &Target) -> Json {
+    let mut m = manifest.clone();
+    if let (Some(ns), Some(meta)) = (
+        &target.namespace,
+        m.get_mut("metadata").and_then(Json::as_object_mut),
+    ) {
+        meta.insert("namespace".into(), json!(ns));
+    }
+    m
+}
+
+/// POST a manifest.
+pub async fn create(
+    session: &Session,
+    manifest: &Json,
+    namespace: Option<&str>,
+    dry_run: bool,
+) -> Result<Json> {
+    let (target, _) = manifest_target(session, manifest, namespace).await?;
+    let obj = from_json(&with_namespace(manifest, &target))?;
+    let params = PostParams {
+        dry_run: dry_run_params(session, dry_run),
+        ..Default::default()
+    };
+    let created = target.api(session).create(&params, &obj).await?;
+    Ok(target.complete(to_json(&created)?))
+}
+
+/// Server-side apply of one manifest.
+pub async fn apply(
+    session: &Session,
+    manifest: &Json,
+    namespace: Option<&str>,
+    field_manager: &str,
+    force: bool,
+    dry_run: bool,
+) -> Result<Json> {
+    let (target, name) = manifest_target(session, manifest, namespace).await?;
+    let mut params = PatchParams::apply(field_manager);
+    params.force = force;
+    params.dry_run = dry_run_params(session, dry_run);
+    let body = with_namespace(manifest, &target);
+    let applied = target
+        .api(session)
+        .patch(&name, &params, &Patch::Apply(&body))
+        .await?;
+    Ok(target.complete(to_json(&applied)?))
+}
+
+/// DELETE one object.
+pub async fn delete(
+    session: &Session,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    propagation: &str,
+) -> Result<()> {
+    let target = Target::resolve(session, kind, namespace).await?;
+    let policy = match propagation {
+        "Background" => kube::api::PropagationPolicy::Background,
+        "Foreground" => kube::api::PropagationPolicy::Foreground,
+        "Orphan" => kube::api::PropagationPolicy::Orphan,
+        other => {
+            return Err(Error::Invalid(format!(
+                "propagation must be Background, Foreground or Orphan, not {other:?}"
+            )));
+        }
+    };
+    let params = DeleteParams {
+        propagation_policy: Some(policy),
+        dry_run: session.dry_run,
+        ..Default::default()
+    };
+    target.api(session).delete(name, &params).await?;
+    Ok(())
+}
+
+/// The patch types `k8s.patch` accepts.
+pub fn patch_body(patch_type: &str, body: Json) -> Result<Patch<Json>> {
+    match patch_type {
+        "merge" => Ok(Patch::Merge(body)),
+        "strategic" => Ok(Patch::Strategic(body)),
+        "json" => {
+            let ops: json_patch::Patch = serde_json::from_value(body)
+                .map_err(|e| Error::Invalid(format!("json patch: {e}")))?;
+            Ok(Patch::Json(ops))
+        }
+        other => Err(Error::Invalid(format!(
+            "type must be merge, strategic or json, not {other:?}"
+        ))),
+    }
+}
+
+/// PATCH one object (or its status subresource).
+pub async fn patch(
+    session: &Session,
+    target: &Target,
+    name: &str,
+    patch: &Patch<Json>,
+    subresource_status: bool,
+) -> Result<Json> {
+    let params = PatchParams {
+        dry_run: session.dry_run,
+        ..Default::default()
+    };
+    let api = target.api(session);
+    let out = if subresource_status {
+        api.patch_status(name, &params, patch).await?
+    } else {
+        api.patch(name, &params, patch).await?
+    };
+    Ok(target.complete(to_json(&out)?))
+}
+
+/// The API server's version.
+pub async fn version(session: &Session) -> Result<Json> {
+    let info = session.client.apiserver_version().await?;
+    serde_json::to_value(info).map_err(|e| Error::Request(e.to_string()))
+}

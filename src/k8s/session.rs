@@ -1,0 +1,153 @@
+//! A connection to one cluster: the client, its discovery cache and default namespace.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::discovery::Discovery;
+use crate::script::host::KubeOptions;
+
+/// Why a session could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading kubeconfig {path}: {source}")]
+    ReadKubeconfig {
+        path: String,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("loading cluster configuration: {0}")]
+    LoadConfig(String),
+    #[error("building the Kubernetes client: {0}")]
+    BuildClient(#[source] kube::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The settings that identify a session: `k8s.config(kubeconfig=, context=, namespace=)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub kubeconfig: Option<String>,
+    pub context: Option<String>,
+    pub namespace: Option<String>,
+}
+
+/// One cluster connection, shared by every call that uses the same settings.
+pub struct Session {
+    pub client: kube::Client,
+    pub discovery: Discovery,
+    /// The namespace used when neither the call nor the manifest names one.
+    pub namespace: String,
+    /// The kubeconfig context in use ("" when in-cluster).
+    pub context: String,
+    /// Every write is sent with `dryRun=All` (`--dry-run`).
+    pub dry_run: bool,
+}
+
+impl Session {
+    /// Connects with explicit settings, falling back to `defaults` (the command line).
+    ///
+    /// # Errors
+    /// An unreadable kubeconfig, an unknown context, or a client that cannot be built.
+    pub async fn connect(key: &SessionKey, defaults: &KubeOptions) -> Result<Self> {
+        let kubeconfig = key.kubeconfig.clone().or_else(|| {
+            defaults
+                .kubeconfig
+                .as_ref()
+                .map(|p| p.display().to_string())
+        });
+        let context = key.context.clone().or_else(|| defaults.context.clone());
+        let options = KubeConfigOptions {
+            context: context.clone(),
+            ..Default::default()
+        };
+        let mut config = match &kubeconfig {
+            Some(path) => {
+                let kc = Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
+                    path: path.clone(),
+                    source,
+                })?;
+                kube::Config::from_custom_kubeconfig(kc, &options)
+                    .await
+                    .map_err(|e| Error::LoadConfig(e.to_string()))?
+            }
+            None if context.is_some() => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| Error::LoadConfig(e.to_string()))?,
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| Error::LoadConfig(e.to_string()))?,
+        };
+        // Every API call has a deadline even when the script gives none.
+        config.read_timeout = Some(Duration::from_secs(295));
+        config.connect_timeout = Some(Duration::from_secs(10));
+        let namespace = key
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let context_name = context.unwrap_or_else(|| current_context(kubeconfig.as_deref()));
+        let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
+        Ok(Self {
+            discovery: Discovery::new(client.clone()),
+            client,
+            namespace,
+            context: context_name,
+            dry_run: defaults.dry_run,
+        })
+    }
+
+    /// A session for an existing client (the operator's impersonating clients).
+    pub fn from_client(client: kube::Client, namespace: String, dry_run: bool) -> Self {
+        Self {
+            discovery: Discovery::new(client.clone()),
+            client,
+            namespace,
+            context: String::new(),
+            dry_run,
+        }
+    }
+}
+
+fn current_context(path: Option<&str>) -> String {
+    let kc = match path {
+        Some(p) => Kubeconfig::read_from(p).ok(),
+        None => Kubeconfig::read().ok(),
+    };
+    kc.and_then(|k| k.current_context).unwrap_or_default()
+}
+
+/// The sessions of one run, created on first use and keyed by their settings.
+#[derive(Default)]
+pub struct SessionCell {
+    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+}
+
+impl SessionCell {
+    /// Installs a ready session as the default (used by the operator).
+    pub fn set_default(&self, session: Arc<Session>) {
+        if let Ok(mut map) = self.sessions.lock() {
+            map.insert(SessionKey::default(), session);
+        }
+    }
+
+    /// The session for `key`, connecting on first use (blocking on `runtime`).
+    ///
+    /// # Errors
+    /// Connection set-up errors; they are not cached, so a later call retries.
+    pub fn get(
+        &self,
+        key: &SessionKey,
+        defaults: &KubeOptions,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Arc<Session>> {
+        if let Some(s) = self.sessions.lock().ok().and_then(|m| m.get(key).cloned()) {
+            return Ok(s);
+        }
+        let session = Arc::new(runtime.block_on(Session::connect(key, defaults))?);
+        if let Ok(mut map) = self.sessions.lock() {
+            return Ok(map.entry(key.clone()).or_insert(session).clone());
+        }
+        Ok(session)
+    }
+}

@@ -1,0 +1,156 @@
+//! `AttrDict`: a dict whose keys also read as attributes, as upstream Starkite objects do.
+//!
+//! Every object that comes back from the cluster or a builder is an AttrDict:
+//! `obj.metadata.name`, `obj.spec.get("replicas", 1)`, `obj["kind"]`. A missing key read
+//! as an attribute is `None`, so scripts can write `cm.data if cm.data != None else {}`.
+//!
+//! # Caveats
+//! A key shadows a dict method of the same name: a List object's `.items` is its items,
+//! not the `items()` method. Use `dict(obj).items()` to get the pairs in that case.
+
+use std::fmt::{self, Display};
+
+use allocative::Allocative;
+use starlark::any::ProvidesStaticType;
+use starlark::coerce::Coerce;
+use starlark::collections::StarlarkHasher;
+use starlark::starlark_complex_value;
+use starlark::values::dict::DictRef;
+use starlark::values::{
+    Freeze, Heap, StarlarkValue, Trace, Value, ValueLifetimeless, ValueLike, starlark_value,
+};
+
+/// The dict methods that an AttrDict exposes when no key of the same name exists.
+const DICT_METHODS: &[&str] = &[
+    "clear",
+    "get",
+    "items",
+    "keys",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "values",
+];
+
+/// A Starlark dict with attribute access. `dict` always points to a Starlark `dict`.
+#[derive(Clone, Debug, Trace, Coerce, Freeze, ProvidesStaticType, Allocative)]
+#[repr(C)]
+pub struct AttrDictGen<V: ValueLifetimeless> {
+    dict: V,
+}
+
+starlark_complex_value!(pub AttrDict);
+
+impl<'v> AttrDict<'v> {
+    /// Wraps a Starlark dict value (which it shares, so writes go through to it).
+    pub fn alloc(heap: Heap<'v>, dict: Value<'v>) -> Value<'v> {
+        heap.alloc_complex(AttrDict { dict })
+    }
+
+    /// The dict inside `value` if it is an AttrDict.
+    pub fn dict_of(value: Value<'v>) -> Option<Value<'v>> {
+        AttrDict::from_value(value).map(|a| a.dict.to_value())
+    }
+}
+
+impl<'v, V: ValueLike<'v>> Display for AttrDictGen<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        Display::fmt(&self.dict.to_value(), f)
+    }
+}
+
+impl<'v, V: ValueLike<'v>> serde::Serialize for AttrDictGen<V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.dict.to_value().serialize(s)
+    }
+}
+
+#[starlark_value(type = "AttrDict")]
+impl<'v, V: ValueLike<'v>> StarlarkValue<'v> for AttrDictGen<V>
+where
+    Self: ProvidesStaticType<'v>,
+{
+    fn collect_repr(&self, collector: &mut String) {
+        self.dict.to_value().collect_repr(collector)
+    }
+
+    fn collect_repr_cycle(&self, collector: &mut String) {
+        collector.push_str("{...}");
+    }
+
+    fn to_bool(&self) -> bool {
+        self.dict.to_value().to_bool()
+    }
+
+    fn equals(&self, other: Value<'v>) -> starlark::Result<bool> {
+        let other = AttrDict::dict_of(other).unwrap_or(other);
+        self.dict.to_value().equals(other)
+    }
+
+    fn write_hash(&self, hasher: &mut StarlarkHasher) -> starlark::Result<()> {
+        self.dict.to_value().write_hash(hasher)
+    }
+
+    fn get_attr(&self, attribute: &str, heap: Heap<'v>) -> Option<Value<'v>> {
+        let dict = self.dict.to_value();
+        if let Some(v) = DictRef::from_value(dict).and_then(|d| d.get_str(attribute)) {
+            return Some(v);
+        }
+        if DICT_METHODS.contains(&attribute) {
+            return dict.get_attr(attribute, heap).ok().flatten();
+        }
+        Some(Value::new_none())
+    }
+
+    fn has_attr(&self, attribute: &str, _heap: Heap<'v>) -> bool {
+        DictRef::from_value(self.dict.to_value()).is_some_and(|d| d.get_str(attribute).is_some())
+            || DICT_METHODS.contains(&attribute)
+    }
+
+    fn dir_attr(&self) -> Vec<String> {
+        let mut names: Vec<String> = DictRef::from_value(self.dict.to_value())
+            .map(|d| {
+                d.keys()
+                    .filter_map(|k| k.unpack_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.extend(DICT_METHODS.iter().map(|m| (*m).to_owned()));
+        names
+    }
+
+    fn set_attr(&self, attribute: &str, new_value: Value<'v>) -> starlark::Result<()> {
+        // No heap is at hand to allocate a new key string, so attribute writes only
+        // replace existing keys; brackets add new ones.
+        let dict = self.dict.to_value();
+        let key = DictRef::from_value(dict)
+            .and_then(|d| d.keys().find(|k| k.unpack_str() == Some(attribute)));
+        match key {
+            Some(key) => dict.set_at(key, new_value),
+            None => Err(starlark::Error::new_other(anyhow::anyhow!(
+                "AttrDict has no key {attribute:?}; add a new key with obj[{attribute:?}] = value"
+            ))),
+        }
+    }
+
+    fn at(&self, index: Value<'v>, heap: Heap<'v>) -> starlark::Result<Value<'v>> {
+        self.dict.to_value().at(index, heap)
+    }
+
+    fn set_at(&self, index: Value<'v>, new_value: Value<'v>) -> starlark::Result<()> {
+        self.dict.to_value().set_at(index, new_value)
+    }
+
+    fn length(&self) -> starlark::Result<i32> {
+        self.dict.to_value().length()
+    }
+
+    fn is_in(&self, other: Value<'v>) -> starlark::Result<bool> {
+        self.dict.to_value().is_in(other)
+    }
+
+    fn iterate_collect(&self, heap: Heap<'v>) -> starlark::Result<Vec<Value<'v>>> {
+        Ok(self.dict.to_value().iterate(heap)?.collect())
+    }
+}

@@ -1,0 +1,91 @@
+//! `kite check`: parse and lint a script without running it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use starlark::analysis::AstModuleLint;
+use starlark::typing::AstModuleTypecheck;
+use starlark::{ErrorKind, codemap::FileSpan};
+
+use super::builtins::globals;
+use super::run::{self, parse};
+
+/// A check that found problems; the message lists them with file:line:col.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Parse(#[from] run::Error),
+    #[error("{report}{count} error(s) found")]
+    Lint { report: String, count: usize },
+}
+
+impl Error {
+    /// The process exit code: 2 for an unreadable file, 1 for problems in the script.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Parse(e) => e.exit_code(),
+            Error::Lint { .. } => 1,
+        }
+    }
+}
+
+fn position(span: &FileSpan) -> String {
+    let pos = span.resolve_span();
+    format!(
+        "{}:{}:{}",
+        span.filename(),
+        pos.begin.line + 1,
+        pos.begin.column + 1
+    )
+}
+
+/// Checks a script: unknown names, and wrong arguments to known builtins.
+///
+/// # Errors
+/// [`Error::Lint`] with every problem, one per line; or the parse error.
+pub fn check(path: &Path) -> Result<String, Error> {
+    let (ast, _) = parse(path)?;
+    let names: HashSet<String> = globals().names().map(|n| n.as_str().to_owned()).collect();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for lint in ast.lint(Some(&names)) {
+        let line = format!(
+            "{}: {} [{}]",
+            position(&lint.location),
+            lint.problem,
+            lint.short_name
+        );
+        if lint.severity == starlark::analysis::EvalSeverity::Error {
+            errors.push(line);
+        } else {
+            warnings.push(format!("warning: {line}"));
+        }
+    }
+    // load()ed modules are unknown to the type checker; their names are not errors here.
+    let (type_errors, ..) = ast.typecheck(globals(), &HashMap::new());
+    for e in type_errors {
+        if matches!(e.kind(), ErrorKind::Scope(_)) {
+            continue;
+        }
+        let msg = e.without_diagnostic().to_string();
+        match e.span() {
+            Some(span) => errors.push(format!("{}: {msg}", position(span))),
+            None => errors.push(msg),
+        }
+    }
+    errors.sort();
+    errors.dedup();
+    let mut report = String::new();
+    for line in warnings.iter().chain(errors.iter()) {
+        report.push_str(line);
+        report.push('\n');
+    }
+    if errors.is_empty() {
+        Ok(report)
+    } else {
+        Err(Error::Lint {
+            report,
+            count: errors.len(),
+        })
+    }
+}

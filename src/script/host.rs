@@ -1,0 +1,81 @@
+//! The host context a script runs in, handed to builtins through `Evaluator.extra`.
+
+use std::path::PathBuf;
+
+use starlark::any::ProvidesStaticType;
+use starlark::eval::Evaluator;
+
+use super::permissions::{Access, Permissions};
+use super::vars::Vars;
+
+/// Where and how to reach the cluster (`--kubeconfig`, `--context`, `--dry-run`).
+#[derive(Debug, Clone, Default)]
+pub struct KubeOptions {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub dry_run: bool,
+}
+
+/// Everything a builtin may need from the process: variables, permissions, the async
+/// runtime to wait on, and the cluster connection settings.
+#[derive(ProvidesStaticType)]
+pub struct Host {
+    pub vars: Vars,
+    pub permissions: Permissions,
+    pub runtime: tokio::runtime::Handle,
+    pub kube: KubeOptions,
+    /// The Kubernetes session, created on the first cluster call.
+    pub k8s: crate::k8s::session::SessionCell,
+}
+
+impl Host {
+    /// A host for one run.
+    pub fn new(
+        vars: Vars,
+        permissions: Permissions,
+        runtime: tokio::runtime::Handle,
+        kube: KubeOptions,
+    ) -> Self {
+        Self {
+            vars,
+            permissions,
+            runtime,
+            kube,
+            k8s: Default::default(),
+        }
+    }
+
+    /// The host of the evaluator running a builtin.
+    ///
+    /// # Errors
+    /// When the evaluator was set up without a host (a bug, reported not panicked).
+    pub fn of<'a>(eval: &Evaluator<'_, 'a, '_>) -> anyhow::Result<&'a Host> {
+        eval.extra
+            .and_then(|extra| extra.downcast_ref::<Host>())
+            .ok_or_else(|| anyhow::anyhow!("internal error: evaluator has no kite host"))
+    }
+
+    /// Checks a permission for the named call.
+    ///
+    /// # Errors
+    /// The denial, naming the call and the flag.
+    pub fn allow(&self, call: &str, access: Access) -> anyhow::Result<()> {
+        Ok(self.permissions.check(call, access)?)
+    }
+}
+
+/// `file:line:col` (1-based) of the innermost call in progress, for error messages.
+pub fn call_site(eval: &Evaluator) -> String {
+    match eval.call_stack_top_location() {
+        Some(span) => {
+            let pos = span.resolve_span();
+            format!(
+                "{}:{}:{}",
+                span.filename(),
+                pos.begin.line + 1,
+                pos.begin.column + 1
+            )
+        }
+        None => "<unknown>".to_owned(),
+    }
+}

@@ -1,0 +1,225 @@
+//! `kite run` end to end: exit codes, auto-main, loads, vars, permissions, errors, and
+//! the k8s module against the local cluster.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_main_runs_once_after_the_module() {
+    let out = kite_output(&["run", "tests/scripts/auto_main.star"], T).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "module runs first\nmain ran\n");
+    let out = kite_output(&["run", "tests/scripts/calls_main.star"], T).await;
+    assert_eq!(
+        text(&out.stdout),
+        "main ran\n",
+        "main() called by the script runs once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runtime_errors_show_location_snippet_and_traceback() {
+    let out = kite_output(&["run", "tests/scripts/runtime_error.star"], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("Traceback"), "{err}");
+    assert!(
+        err.contains("tests/scripts/runtime_error.star:2:12"),
+        "{err}"
+    );
+    assert!(err.contains("return x[\"missing\"]"), "{err}");
+    assert!(
+        err.contains("tests/scripts/runtime_error.star:5, in main"),
+        "{err}"
+    );
+    assert!(err.contains("Key `\"missing\"` was not found"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn syntax_errors_exit_1_and_missing_files_exit_2() {
+    let dir = std::env::temp_dir().join(unique_name("kite-syntax"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.star");
+    std::fs::write(&bad, "x = (1,\n").unwrap();
+    let out = kite_output(&["run", bad.to_str().unwrap()], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad.star:1:1") && err.contains("expected symbol ')'"),
+        "{err}"
+    );
+    let out = kite_output(&["run", "does/not/exist.star"], T).await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = kite_output(&["run"], T).await;
+    assert_eq!(out.status.code(), Some(2), "usage error");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn load_cycles_are_reported() {
+    let out = kite_output(&["run", "tests/scripts/load_cycle_a.star"], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("load cycle"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_var_values_name_the_variable_value_and_call_site() {
+    let out = kite_output(
+        &[
+            "run",
+            "examples/max-replicas-controller.star",
+            "--allow-all",
+            "--var",
+            "max_replicas=abc",
+        ],
+        T,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("var_int(\"max_replicas\") at examples/max-replicas-controller.star:4:16: \"abc\" is not an integer"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unread_vars_get_a_warning() {
+    let out = kite_output(
+        &["run", "tests/scripts/auto_main.star", "--var", "nobody=1"],
+        T,
+    )
+    .await;
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("--var nobody is never read"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_calls_are_denied_without_a_flag() {
+    let out = kite_output(&["run", "examples/crud.star"], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("permission denied: k8s.create needs --allow-k8s (or --allow-all)"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn builders_example_needs_no_flags() {
+    let out = kite_output(&["run", "examples/builders.star"], T).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("kind: Deployment"), "{stdout}");
+    assert!(stdout.contains("kind: Service"), "{stdout}");
+    assert!(stdout.contains("selector: {\"app\": \"web\"}"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crud_example_walks_through_a_configmap() {
+    let ns = TestNamespace::new("run-crud").await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_output(
+        &["run", "examples/crud.star", "--allow-k8s", "--var", &var],
+        T,
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("created kite-crud-demo in {}", ns.name)),
+        "{stdout}"
+    );
+    assert!(stdout.contains("greeting: hello"), "{stdout}");
+    assert!(stdout.contains("labels: {\"demo\": \"crud\"}"), "{stdout}");
+    assert!(stdout.contains("listed: [\"kite-crud-demo\"]"), "{stdout}");
+    assert!(
+        stdout.contains("deleted: True | k8s.get: configmaps \"kite-crud-demo\" not found (404)"),
+        "{stdout}"
+    );
+    let left = kubectl_ok(&["get", "configmaps", "-n", &ns.name, "-o", "name"]).await;
+    assert!(!left.contains("kite-crud-demo"), "{left}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_leaves_the_cluster_unchanged() {
+    let ns = TestNamespace::new("run-dry").await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_output(
+        &[
+            "run",
+            "tests/scripts/apply_cm.star",
+            "--allow-k8s",
+            "--dry-run",
+            "--var",
+            &var,
+        ],
+        T,
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("configmap/dry serverside-applied (server dry run)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = kubectl(&["get", "configmap", "dry", "-n", &ns.name]).await;
+    assert!(
+        !out.status.success(),
+        "the ConfigMap must not exist after --dry-run"
+    );
+    // The same script without --dry-run does create it, so the check above can fail.
+    let out = kite_output(
+        &[
+            "run",
+            "tests/scripts/apply_cm.star",
+            "--allow-k8s",
+            "--var",
+            &var,
+        ],
+        T,
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    kubectl_ok(&["get", "configmap", "dry", "-n", &ns.name]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_errors_carry_message_and_code() {
+    let ns = TestNamespace::new("run-err").await;
+    let dir = std::env::temp_dir().join(unique_name("kite-err"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("get.star");
+    std::fs::write(
+        &script,
+        format!("k8s.get('deploy', 'nope', namespace='{}')\n", ns.name),
+    )
+    .unwrap();
+    let out = kite_output(&["run", script.to_str().unwrap(), "--allow-k8s"], T).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("k8s.get: deployments.apps \"nope\" not found (404)"),
+        "{err}"
+    );
+}
