@@ -223,3 +223,83 @@ async fn api_errors_carry_message_and_code() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_k8s_function_succeeds_and_fails_cleanly() {
+    let ns = TestNamespace::new("run-fns").await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_output(
+        &[
+            "run",
+            "tests/scripts/k8s_functions.star",
+            "--allow-k8s",
+            "--var",
+            &var,
+        ],
+        T,
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("all k8s functions checked"), "{stdout}");
+    // What the script says it did is in the cluster.
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.name,
+        "--field-selector",
+        "reason=Tested",
+        "-o",
+        "jsonpath={.items[*].count}",
+    ])
+    .await;
+    assert_eq!(events, "2", "one aggregated event with count 2");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crd_install_example_resolves_the_new_kind() {
+    let ns = TestNamespace::new("run-crd").await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_output(
+        &[
+            "run",
+            "examples/crd-install.star",
+            "--allow-k8s",
+            "--var",
+            &var,
+        ],
+        T,
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("established: widgets.demo.starkite.io"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("widget blue size 1"),
+        "the CRD default applies: {stdout}"
+    );
+    assert!(stdout.contains("phase: Painted"), "{stdout}");
+    let phase = kubectl_ok(&[
+        "get",
+        "widgets.demo.starkite.io",
+        "blue",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.phase}",
+    ])
+    .await;
+    assert_eq!(phase, "Painted");
+}

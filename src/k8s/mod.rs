@@ -1,9 +1,12 @@
 //! The `k8s` Starlark module: client calls, `k8s.obj` builders and kind resolution.
 
 pub mod discovery;
+pub mod event;
 pub mod manifest;
 pub mod module;
 pub mod obj;
 pub mod ops;
 pub mod session;
 pub mod try_call;
+pub mod wait;
+pub mod watch;

@@ -21,7 +21,7 @@ use starlark::values::{
 
 use super::ops::{self, Target};
 use super::session::{Session, SessionKey};
-use super::{manifest, try_call::TryCall};
+use super::{event, manifest, try_call::TryCall, wait, watch};
 use crate::script::host::Host;
 use crate::script::json::{from_starlark, to_starlark};
 use crate::script::permissions::Access;
@@ -63,7 +63,7 @@ impl<'v> StarlarkValue<'v> for K8sClient {
             return Some(super::obj::obj_namespace().to_value());
         }
         let inner = attribute.strip_prefix("try_")?;
-        if !METHOD_NAMES.contains(&inner) {
+        if !method_names().iter().any(|n| n == inner) {
             return None;
         }
         // Binding through the value's own attribute lookup finds the method table.
@@ -76,7 +76,7 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 
     fn dir_attr(&self) -> Vec<String> {
-        let mut names: Vec<String> = METHOD_NAMES.iter().map(|n| format!("try_{n}")).collect();
+        let mut names: Vec<String> = method_names().iter().map(|n| format!("try_{n}")).collect();
         if self.is_module {
             names.push("obj".into());
         }
@@ -84,24 +84,17 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 }
 
-/// The client's functions, each also callable as `try_<name>`.
-const METHOD_NAMES: &[&str] = &[
-    "get",
-    "list",
-    "create",
-    "apply",
-    "delete",
-    "patch",
-    "label",
-    "annotate",
-    "status",
-    "yaml",
-    "version",
-    "context",
-    "namespace_name",
-    "api_resources",
-    "config",
-];
+/// The client's functions, each also callable as `try_<name>`: read once from the
+/// method table so a new function gets its `try_` form without a second list.
+fn method_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let doc = CLIENT_METHODS
+            .methods()
+            .documentation(starlark::typing::Ty::any());
+        doc.members.into_iter().map(|(name, _)| name).collect()
+    })
+}
 
 /// Registers the predeclared `k8s` global.
 pub fn register(builder: &mut GlobalsBuilder) {
@@ -388,6 +381,113 @@ fn client_methods(builder: &mut MethodsBuilder) {
             .await
         })?;
         Ok(to_starlark(eval.heap(), &out))
+    }
+
+    /// Records an Event on `obj`; identical events are aggregated (count goes up).
+    fn event<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] obj: Value<'v>,
+        #[starlark(require = named)] reason: &str,
+        #[starlark(require = named, default = "")] message: &str,
+        #[starlark(require = named, default = "Normal")] r#type: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "event", timeout)?;
+        let obj = from_starlark(obj)?;
+        let spec = event::EventSpec {
+            reason,
+            message,
+            type_: r#type,
+            namespace: opt(namespace),
+        };
+        let out = call.run(event::record(&call.session, &obj, &spec))?;
+        Ok(to_starlark(eval.heap(), &out))
+    }
+
+    /// Waits until `condition` holds: a status condition type such as "Available",
+    /// "Ready", "Established" or "Complete"; "deleted"; or None (the object exists).
+    fn wait_for<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = named, default = NoneOr::None)] condition: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = "60s")] timeout: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "wait_for", NoneOr::Other(timeout))?;
+        let condition = wait::Condition::parse(opt(condition));
+        // The wait itself owns the deadline; the outer one only guards against a hang.
+        let inner = call.timeout;
+        let out = call.host.runtime.block_on(async {
+            let target = Target::resolve(&call.session, kind, opt(namespace)).await?;
+            wait::wait_for(&call.session, &target, name, &condition, inner).await
+        });
+        let out = out.map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?;
+        Ok(out
+            .map(|o| to_starlark(eval.heap(), &o))
+            .unwrap_or(Value::new_none()))
+    }
+
+    /// Watches a kind. With `handler`, calls `handler(event, obj)` for each event until
+    /// it returns False or `timeout` passes; without, returns the events seen within
+    /// `timeout` as a list of `{"type": ..., "object": ...}`.
+    fn watch<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] labels: NoneOr<Value<'v>>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] handler: NoneOr<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let handler = handler.into_option();
+        if handler.is_none() && timeout.is_none() {
+            anyhow::bail!("k8s.watch: give timeout= or handler=, or it would never return");
+        }
+        let limit = match timeout.into_option() {
+            Some(t) => Some(
+                crate::duration::parse(t)
+                    .map_err(|e| anyhow::anyhow!("k8s.watch: timeout: {e}"))?,
+            ),
+            None => None,
+        };
+        let call = Call::new(eval, this, "watch", NoneOr::None)?;
+        let labels = selector(labels.into_option(), "labels")?;
+        let target = call.run(Target::resolve(&call.session, kind, opt(namespace)))?;
+        let runtime = call.host.runtime.clone();
+        let mut watch = watch::start(&runtime, call.session.clone(), target, labels);
+        let deadline = limit.map(|l| tokio::time::Instant::now() + l);
+        let mut seen = Vec::new();
+        loop {
+            let next = runtime.block_on(async {
+                match deadline {
+                    Some(d) => tokio::time::timeout_at(d, watch.events.recv())
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => watch.events.recv().await,
+                }
+            });
+            let Some(event) = next else { break };
+            let (kind, obj) = event.map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;
+            let Some(h) = handler else {
+                seen.push(json!({"type": kind, "object": obj}));
+                continue;
+            };
+            let heap = eval.heap();
+            let args = [heap.alloc(kind), to_starlark(heap, &obj)];
+            let ret = eval
+                .eval_function(h, &args, &[])
+                .map_err(|e| e.into_anyhow())?;
+            if ret.unpack_bool() == Some(false) {
+                break;
+            }
+        }
+        let heap = eval.heap();
+        Ok(heap.alloc(AllocList(seen.iter().map(|e| to_starlark(heap, e)))))
     }
 
     /// Renders an object or a list of objects as YAML (no cluster access).

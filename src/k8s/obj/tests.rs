@@ -12,7 +12,11 @@ use crate::script::json::from_starlark;
 
 fn globals() -> &'static Globals {
     static GLOBALS: OnceLock<Globals> = OnceLock::new();
-    GLOBALS.get_or_init(|| GlobalsBuilder::standard().with(|g| g.set("obj", obj_namespace())).build())
+    GLOBALS.get_or_init(|| {
+        GlobalsBuilder::standard()
+            .with(|g| g.set("obj", obj_namespace()))
+            .build()
+    })
 }
 
 /// Evaluates `code` with `obj` in scope and returns its last expression as JSON.
@@ -21,7 +25,9 @@ fn eval(code: &str) -> Result<Json, String> {
         .map_err(|e| e.to_string())?;
     Module::with_temp_heap(|module| {
         let mut eval = Evaluator::new(&module);
-        let v = eval.eval_module(ast, globals()).map_err(|e| e.to_string())?;
+        let v = eval
+            .eval_module(ast, globals())
+            .map_err(|e| e.to_string())?;
         from_starlark(v).map_err(|e| e.to_string())
     })
 }
@@ -78,9 +84,15 @@ d = obj.deployment("site", replicas = 2, containers = [obj.container("web", imag
 #[test]
 fn unknown_keyword_lists_accepted_ones() {
     let e = err(r#"obj.deployment(name = "a", replica = 2, containers = [])"#);
-    assert!(e.contains(r#"k8s.obj.deployment: unknown keyword argument "replica""#), "{e}");
+    assert!(
+        e.contains(r#"k8s.obj.deployment: unknown keyword argument "replica""#),
+        "{e}"
+    );
     assert!(e.contains(r#"did you mean "replicas"?"#), "{e}");
-    assert!(e.contains("(accepted: name, namespace, replicas, labels,"), "{e}");
+    assert!(
+        e.contains("(accepted: name, namespace, replicas, labels,"),
+        "{e}"
+    );
     let e = err(r#"obj.service_port(port = 80, targetPort = 80)"#);
     assert!(e.contains("accepted: port, target_port, name"), "{e}");
 }
@@ -88,15 +100,30 @@ fn unknown_keyword_lists_accepted_ones() {
 #[test]
 fn wrong_types_and_missing_arguments_are_named() {
     let e = err(r#"obj.deployment(name = "a", replicas = "3", containers = [])"#);
-    assert!(e.contains(r#"k8s.obj.deployment: argument "replicas": must be an int, got string "3""#), "{e}");
+    assert!(
+        e.contains(r#"k8s.obj.deployment: argument "replicas": must be an int, got string "3""#),
+        "{e}"
+    );
     let e = err(r#"obj.container(name = "web")"#);
-    assert!(e.contains(r#"k8s.obj.container: missing required argument "image""#), "{e}");
+    assert!(
+        e.contains(r#"k8s.obj.container: missing required argument "image""#),
+        "{e}"
+    );
     let e = err(r#"obj.deployment(name = "a", containers = [1])"#);
-    assert!(e.contains(r#"argument "containers[0]": must be a dict, got int 1"#), "{e}");
+    assert!(
+        e.contains(r#"argument "containers[0]": must be a dict, got int 1"#),
+        "{e}"
+    );
     let e = err(r#"obj.config_map("c", labels = {"a": 1})"#);
-    assert!(e.contains(r#"argument "labels[\"a\"]": must be a string"#), "{e}");
+    assert!(
+        e.contains(r#"argument "labels[\"a\"]": must be a string"#),
+        "{e}"
+    );
     let e = err(r#"obj.pod("a", "b")"#);
-    assert!(e.contains("takes at most 1 positional argument (name), got 2"), "{e}");
+    assert!(
+        e.contains("takes at most 1 positional argument (name), got 2"),
+        "{e}"
+    );
     let e = err(r#"obj.pod("a", name = "b")"#);
     assert!(e.contains("given both by position and by keyword"), "{e}");
     let e = err(r#"obj.policy_rule("a")"#);
@@ -116,19 +143,36 @@ obj.stateful_set("db", namespace = "ns", labels = {"app": "db", "tier": "x"}, se
     service_account_name = "sa", node_selector = {"disk": "ssd"}, update_strategy = "OnDelete")
 "#);
     assert_eq!(v["spec"]["serviceName"], "db");
-    assert_eq!(v["spec"]["selector"], json!({ "matchLabels": { "app": "db" } }));
+    assert_eq!(
+        v["spec"]["selector"],
+        json!({ "matchLabels": { "app": "db" } })
+    );
     assert_eq!(v["spec"]["updateStrategy"], json!({ "type": "OnDelete" }));
     let t = &v["spec"]["template"];
-    assert_eq!(t["metadata"]["labels"], json!({ "app": "db", "tier": "x", "v": "1" }));
+    assert_eq!(
+        t["metadata"]["labels"],
+        json!({ "app": "db", "tier": "x", "v": "1" })
+    );
     assert_eq!(t["spec"]["serviceAccountName"], "sa");
-    assert_eq!(t["spec"]["volumes"][0], json!({ "name": "data", "configMap": { "name": "cm", "defaultMode": 420 } }));
+    assert_eq!(
+        t["spec"]["volumes"][0],
+        json!({ "name": "data", "configMap": { "name": "cm", "defaultMode": 420 } })
+    );
     let c = &t["spec"]["containers"][0];
-    assert_eq!(c["env"], json!([{ "name": "A", "value": "1" }, { "name": "B", "value": "2" }]));
-    assert_eq!(c["ports"], json!([{ "containerPort": 8080 }, { "containerPort": 9090, "name": "metrics" }]));
+    assert_eq!(
+        c["env"],
+        json!([{ "name": "A", "value": "1" }, { "name": "B", "value": "2" }])
+    );
+    assert_eq!(
+        c["ports"],
+        json!([{ "containerPort": 8080 }, { "containerPort": 9090, "name": "metrics" }])
+    );
     assert_eq!(c["resources"], json!({ "requests": { "cpu": "100m" } }));
     assert_eq!(c["volumeMounts"][0]["mountPath"], "/data");
 
-    let job = ok(r#"obj.cron_job("tick", schedule = "*/5 * * * *", backoff_limit = 1, containers = [{"name": "c", "image": "i"}])"#);
+    let job = ok(
+        r#"obj.cron_job("tick", schedule = "*/5 * * * *", backoff_limit = 1, containers = [{"name": "c", "image": "i"}])"#,
+    );
     let jt = &job["spec"]["jobTemplate"]["spec"];
     assert_eq!(jt["backoffLimit"], 1);
     assert_eq!(jt["template"]["spec"]["restartPolicy"], "Never");
@@ -145,11 +189,20 @@ fn rbac_ingress_and_env_sources() {
 "#);
     assert_eq!(v[0]["apiGroups"], json!([""]));
     assert_eq!(v[1]["subjects"][0]["namespace"], "ns");
-    assert_eq!(v[1]["roleRef"], json!({ "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r" }));
+    assert_eq!(
+        v[1]["roleRef"],
+        json!({ "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r" })
+    );
     let path = &v[2]["spec"]["rules"][0]["http"]["paths"][0];
-    assert_eq!(path["backend"]["service"]["port"], json!({ "name": "http" }));
+    assert_eq!(
+        path["backend"]["service"]["port"],
+        json!({ "name": "http" })
+    );
     assert_eq!(path["pathType"], "Prefix");
-    assert_eq!(v[3]["valueFrom"], json!({ "secretKeyRef": { "name": "s", "key": "k" } }));
+    assert_eq!(
+        v[3]["valueFrom"],
+        json!({ "secretKeyRef": { "name": "s", "key": "k" } })
+    );
     let e = err(r#"obj.env_var("P", value = "x", field_path = "metadata.name")"#);
     assert!(e.contains("only one value source"), "{e}");
 }
@@ -179,19 +232,38 @@ obj.crd(group = "example.com", version = "v1", kind = "Widget", plural = "widget
     let spec = &root["properties"]["spec"];
     assert_eq!(spec["required"], json!(["image"]));
     let p = &spec["properties"];
-    assert_eq!(p["size"], json!({ "type": "integer", "default": 1, "minimum": 0 }));
-    assert_eq!(p["image"], json!({ "type": "string", "description": "what to run" }));
-    assert_eq!(p["tags"], json!({ "type": "array", "items": { "type": "string" } }));
-    assert_eq!(p["config"], json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true }));
+    assert_eq!(
+        p["size"],
+        json!({ "type": "integer", "default": 1, "minimum": 0 })
+    );
+    assert_eq!(
+        p["image"],
+        json!({ "type": "string", "description": "what to run" })
+    );
+    assert_eq!(
+        p["tags"],
+        json!({ "type": "array", "items": { "type": "string" } })
+    );
+    assert_eq!(
+        p["config"],
+        json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+    );
     assert_eq!(p["mode"], json!({ "type": "string" }));
     assert_eq!(p["db"]["type"], "object");
     assert_eq!(p["db"]["required"], json!(["host"]));
     assert_eq!(p["db"]["properties"]["port"], json!({ "type": "integer" }));
-    assert_eq!(root["properties"]["status"]["properties"]["ready"], json!({ "type": "boolean" }));
+    assert_eq!(
+        root["properties"]["status"]["properties"]["ready"],
+        json!({ "type": "boolean" })
+    );
 
-    let e = err(r#"obj.crd(group = "g", version = "v1", kind = "K", plural = "ks", spec = {"a": {"type": "array"}})"#);
+    let e = err(
+        r#"obj.crd(group = "g", version = "v1", kind = "K", plural = "ks", spec = {"a": {"type": "array"}})"#,
+    );
     assert!(e.contains("spec.a: an array needs items"), "{e}");
-    let e = err(r#"obj.crd(group = "g", version = "v1", kind = "K", plural = "ks", spec = {"a": {"default": 1}})"#);
+    let e = err(
+        r#"obj.crd(group = "g", version = "v1", kind = "K", plural = "ks", spec = {"a": {"default": 1}})"#,
+    );
     assert!(e.contains("spec.a: needs a type"), "{e}");
 }
 
@@ -200,7 +272,9 @@ fn base_args(builder: &str) -> &'static str {
     const CONTAINERS: &str = r#"name = "a", containers = [{"name": "c", "image": "i"}]"#;
     match builder {
         "deployment" | "stateful_set" | "daemon_set" | "job" | "pod" => CONTAINERS,
-        "cron_job" => r#"name = "a", schedule = "* * * * *", containers = [{"name": "c", "image": "i"}]"#,
+        "cron_job" => {
+            r#"name = "a", schedule = "* * * * *", containers = [{"name": "c", "image": "i"}]"#
+        }
         "container" => r#"name = "c", image = "i""#,
         "container_port" => "container_port = 80",
         "volume_mount" => r#"name = "v", mount_path = "/m""#,
@@ -245,11 +319,37 @@ fn split_args(s: &str) -> Vec<String> {
 }
 
 const ODD_VALUES: &[&str] = &[
-    "None", "0", "1", "-1", "2**40", "2**70", "1.5", "float('nan')", "True", "False", "\"\"",
-    "\"x\"", "\"Cluster\"", "[]", "[1]", "[\"x\"]", "[None]", "[{}]", "[[]]", "{}", "{\"a\": 1}",
-    "{\"a\": \"b\"}", "{\"a\": {\"b\": []}}", "{1: 2}", "(1, 2)", "len", "lambda: 1",
-    "obj.container(name = \"c\", image = \"i\")", "{\"type\": \"array\"}",
-    "{\"f\": {\"items\": {\"required\": True}}}", "{\"f\": {\"properties\": 1}}",
+    "None",
+    "0",
+    "1",
+    "-1",
+    "2**40",
+    "2**70",
+    "1.5",
+    "float('nan')",
+    "True",
+    "False",
+    "\"\"",
+    "\"x\"",
+    "\"Cluster\"",
+    "[]",
+    "[1]",
+    "[\"x\"]",
+    "[None]",
+    "[{}]",
+    "[[]]",
+    "{}",
+    "{\"a\": 1}",
+    "{\"a\": \"b\"}",
+    "{\"a\": {\"b\": []}}",
+    "{1: 2}",
+    "(1, 2)",
+    "len",
+    "lambda: 1",
+    "obj.container(name = \"c\", image = \"i\")",
+    "{\"type\": \"array\"}",
+    "{\"f\": {\"items\": {\"required\": True}}}",
+    "{\"f\": {\"properties\": 1}}",
 ];
 
 #[test]
@@ -282,7 +382,9 @@ fn random_combinations_never_panic() {
     // A fixed-seed LCG keeps the test reproducible without a random-number dependency.
     let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
     let mut next = |n: usize| {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((seed >> 33) as usize) % n.max(1)
     };
     for _ in 0..3000 {
@@ -309,7 +411,9 @@ fn companions(builder: &str, key: &str) -> &'static str {
         ("env_var", "config_map_name") => r#"config_map_key = "k""#,
         ("env_var", "config_map_key") => r#"config_map_name = "c""#,
         ("ingress", "service") => "service_port = 80",
-        ("ingress", "host" | "path" | "path_type" | "service_port") => r#"service = "s", service_port = 80"#,
+        ("ingress", "host" | "path" | "path_type" | "service_port") => {
+            r#"service = "s", service_port = 80"#
+        }
         _ => "",
     }
 }
@@ -317,8 +421,17 @@ fn companions(builder: &str, key: &str) -> &'static str {
 #[test]
 fn every_keyword_reaches_the_manifest() {
     const CANDIDATES: &[&str] = &[
-        "\"x\"", "3", "True", "{\"a\": \"b\"}", "[\"x\"]", "[{\"name\": \"n\"}]", "\"Cluster\"",
-        "\"ClusterRole\"", "\"eA==\"", "{\"f\": \"string\"}", "{\"k\": \"eA==\"}",
+        "\"x\"",
+        "3",
+        "True",
+        "{\"a\": \"b\"}",
+        "[\"x\"]",
+        "[{\"name\": \"n\"}]",
+        "\"Cluster\"",
+        "\"ClusterRole\"",
+        "\"eA==\"",
+        "{\"f\": \"string\"}",
+        "{\"k\": \"eA==\"}",
     ];
     for b in ALL {
         for key in b.keywords {
@@ -333,7 +446,11 @@ fn every_keyword_reaches_the_manifest() {
                 let after = eval(&call(b.name, &base, key, value)).ok();
                 after.is_some() && after != before
             });
-            assert!(reached, "k8s.obj.{}: keyword {key:?} never changes the result", b.name);
+            assert!(
+                reached,
+                "k8s.obj.{}: keyword {key:?} never changes the result",
+                b.name
+            );
         }
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! They flatten the pod template into the builder's own keywords. `labels` (default
 //! `{"app": name}`) labels the object and its pods and, where there is one, is the
-//! selector; `selector` narrows the selector, `pod_labels` and `pod_annotations` only
-//! label the pods.
+//! selector; `selector` replaces the selector (its labels still reach the pods), and
+//! `pod_labels` and `pod_annotations` only mark the pods.
 
 use anyhow::Result;
 use serde_json::{Value as Json, json};

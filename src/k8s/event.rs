@@ -1,0 +1,181 @@
+//! `k8s.event`: core/v1 Events attached to an object, aggregated like client-go's
+//! correlator so a repeated event bumps `count` instead of piling up new objects.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value as Json, json};
+
+use super::ops::{Error, Result};
+use super::session::Session;
+
+/// What the script asked to record.
+pub struct EventSpec<'a> {
+    pub reason: &'a str,
+    pub message: &'a str,
+    pub type_: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// The reporting component named on every event kite records.
+pub const COMPONENT: &str = "starkite";
+
+fn events_api(session: &Session, namespace: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    Api::namespaced_with(session.client.clone(), namespace, &ar)
+}
+
+/// A name that is the same for identical events of one object, so that a repeat finds
+/// the earlier event even from another process: `<object>.<hash>`.
+fn event_name(obj_name: &str, uid: &str, spec: &EventSpec) -> String {
+    // FNV-1a: stable across builds and processes, unlike std's DefaultHasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [uid, obj_name, spec.reason, spec.message, spec.type_] {
+        for b in part.bytes().chain([0xff]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    let base: String = obj_name.chars().take(200).collect();
+    format!("{base}.{h:016x}")
+}
+
+fn now() -> String {
+    format!("{:.0}", Timestamp::now())
+}
+
+/// Records (or aggregates) an event on `obj`. Returns the Event.
+///
+/// # Errors
+/// An object without kind or name, a bad type, or the API server's error.
+pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Result<Json> {
+    if !matches!(spec.type_, "Normal" | "Warning") {
+        return Err(Error::Invalid(format!(
+            "type must be \"Normal\" or \"Warning\", not {:?}",
+            spec.type_
+        )));
+    }
+    if spec.reason.is_empty() {
+        return Err(Error::Invalid("reason must not be empty".into()));
+    }
+    let meta = &obj["metadata"];
+    let name = meta["name"]
+        .as_str()
+        .ok_or_else(|| Error::Manifest("the object has no metadata.name".into()))?;
+    let kind = obj["kind"]
+        .as_str()
+        .ok_or_else(|| Error::Manifest("the object has no kind".into()))?;
+    let obj_ns = meta["namespace"].as_str();
+    let namespace = spec.namespace.or(obj_ns).unwrap_or("default");
+    let uid = meta["uid"].as_str().unwrap_or_default();
+    let event_name = event_name(name, uid, spec);
+    let ts = now();
+    let api = events_api(session, namespace);
+    let mut involved = json!({"apiVersion": obj["apiVersion"], "kind": kind, "name": name});
+    for (k, v) in [
+        ("namespace", obj_ns),
+        ("uid", meta["uid"].as_str()),
+        ("resourceVersion", meta["resourceVersion"].as_str()),
+    ] {
+        if let Some(v) = v {
+            involved[k] = json!(v);
+        }
+    }
+    let event = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event_name, "namespace": namespace},
+        "involvedObject": involved,
+        "reason": spec.reason,
+        "message": spec.message,
+        "type": spec.type_,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": hostname(),
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    });
+    let dry_run = session.dry_run;
+    let body: DynamicObject =
+        serde_json::from_value(event).map_err(|e| Error::Manifest(e.to_string()))?;
+    match api
+        .create(
+            &PostParams {
+                dry_run,
+                ..Default::default()
+            },
+            &body,
+        )
+        .await
+    {
+        Ok(created) => to_json(&created),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            bump(&api, &event_name, &ts, dry_run).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Counts an existing event once more. The resourceVersion precondition keeps two
+/// workers from losing a count; a conflict is retried a few times.
+async fn bump(api: &Api<DynamicObject>, name: &str, ts: &str, dry_run: bool) -> Result<Json> {
+    let mut attempt = 0;
+    loop {
+        let existing = api.get(name).await?;
+        let count = existing.data["count"].as_i64().unwrap_or(1) + 1;
+        let patch = json!({
+            "metadata": {"resourceVersion": existing.metadata.resource_version},
+            "count": count,
+            "lastTimestamp": ts,
+        });
+        let params = PatchParams {
+            dry_run,
+            ..Default::default()
+        };
+        match api.patch(name, &params, &Patch::Merge(patch)).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < 3 => attempt += 1,
+            other => return to_json(&other?),
+        }
+    }
+}
+
+fn to_json(obj: &DynamicObject) -> Result<Json> {
+    serde_json::to_value(obj).map_err(|e| Error::Request(e.to_string()))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kite".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(reason: &'a str, message: &'a str) -> EventSpec<'a> {
+        EventSpec {
+            reason,
+            message,
+            type_: "Normal",
+            namespace: None,
+        }
+    }
+
+    #[test]
+    fn identical_events_share_a_name_and_different_ones_do_not() {
+        let a = event_name("web", "u1", &spec("R", "m"));
+        assert_eq!(a, event_name("web", "u1", &spec("R", "m")));
+        assert_ne!(a, event_name("web", "u1", &spec("R", "other")));
+        assert_ne!(a, event_name("web", "u2", &spec("R", "m")));
+        assert!(a.starts_with("web."));
+    }
+}
