@@ -303,3 +303,34 @@ async fn crd_install_example_resolves_the_new_kind() {
     .await;
     assert_eq!(phase, "Painted");
 }
+
+/// Every example that does not start a controller runs to success; new examples are
+/// picked up without editing this test.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_non_controller_example_runs() {
+    let ns = TestNamespace::new("run-examples").await;
+    let var = format!("namespace={}", ns.name);
+    let mut ran = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "star") {
+            continue;
+        }
+        if std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("k8s.control(")
+        {
+            continue;
+        }
+        let rel = path
+            .strip_prefix(repo_root())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let out = kite_output(&["run", &rel, "--allow-k8s", "--var", &var], T).await;
+        assert!(out.status.success(), "{rel}: {}", text(&out.stderr));
+        ran.push(rel);
+    }
+    assert!(ran.len() >= 3, "examples ran: {ran:?}");
+}

@@ -84,6 +84,13 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 }
 
+/// The documentation of the client's functions (name, parameters), for `kite check`.
+pub fn method_docs() -> starlark::docs::DocType {
+    CLIENT_METHODS
+        .methods()
+        .documentation(starlark::typing::Ty::any())
+}
+
 /// The client's functions, each also callable as `try_<name>`: read once from the
 /// method table so a new function gets its `try_` form without a second list.
 fn method_names() -> &'static [String] {

@@ -6,7 +6,8 @@
 //!
 //! # Caveats
 //! A key shadows a dict method of the same name: a List object's `.items` is its items,
-//! not the `items()` method. Use `dict(obj).items()` to get the pairs in that case.
+//! not the `items()` method. Use `[(k, obj[k]) for k in obj]` to get the pairs then.
+//! `dict(obj)` does not accept an AttrDict; `{k: obj[k] for k in obj}` copies one.
 
 use std::fmt::{self, Display};
 
@@ -152,5 +153,75 @@ where
 
     fn iterate_collect(&self, heap: Heap<'v>) -> starlark::Result<Vec<Value<'v>>> {
         Ok(self.dict.to_value().iterate(heap)?.collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::script::builtins::testing::eval;
+
+    fn obj(code: &str) -> String {
+        let setup = r#"o = json.decode('{"metadata": {"name": "web", "labels": {"app": "x"}}, "spec": {"replicas": 3, "containers": [{"name": "c"}]}, "items": [1]}')
+"#;
+        eval(&format!("{setup}{code}")).unwrap_or_else(|e| format!("error: {e}"))
+    }
+
+    #[test]
+    fn dot_access_at_any_depth_and_missing_keys_read_as_none() {
+        assert_eq!(obj("o.metadata.name"), "\"web\"");
+        assert_eq!(obj("o.spec.containers[0].name"), "\"c\"");
+        assert_eq!(obj("o.status"), "None");
+        assert_eq!(obj("o.metadata.labels.missing"), "None");
+    }
+
+    #[test]
+    fn dict_operations_work() {
+        assert_eq!(obj("o.spec.get('replicas', 1)"), "3");
+        assert_eq!(obj("o.spec.get('paused', False)"), "False");
+        assert_eq!(obj("o['metadata']['name']"), "\"web\"");
+        assert_eq!(
+            obj("['spec' in o, 'status' in o, len(o)]"),
+            "[True, False, 3]"
+        );
+        assert_eq!(obj("[k for k in o.metadata]"), "[\"name\", \"labels\"]");
+        assert_eq!(obj("o.metadata.keys()"), "[\"name\", \"labels\"]");
+        assert_eq!(obj("o.metadata.labels.values()"), "[\"x\"]");
+        assert_eq!(obj("o.metadata.labels.items()"), "[(\"app\", \"x\")]");
+        assert!(
+            obj("o['nope']").starts_with("error:"),
+            "brackets keep dict semantics"
+        );
+    }
+
+    #[test]
+    fn a_key_shadows_the_method_of_the_same_name() {
+        assert_eq!(obj("o.items"), "[1]");
+        assert_eq!(obj("[(k, o[k]) for k in o][2]"), "(\"items\", [1])");
+    }
+
+    #[test]
+    fn writes_go_to_the_scripts_copy() {
+        assert_eq!(obj("o.spec['replicas'] = 5\no.spec.replicas"), "5");
+        assert_eq!(obj("o.spec.replicas = 7\no['spec']['replicas']"), "7");
+        assert_eq!(
+            obj("o['status'] = {'ready': True}\no.status"),
+            "{\"ready\": True}"
+        );
+        assert!(
+            obj("o.newkey = 1").contains("add a new key with"),
+            "attribute writes only replace"
+        );
+    }
+
+    #[test]
+    fn equality_and_printing_are_those_of_a_dict() {
+        assert_eq!(obj("o.metadata.labels == {'app': 'x'}"), "True");
+        assert_eq!(obj("o.metadata.labels != {'app': 'y'}"), "True");
+        assert_eq!(
+            obj("str(o.metadata.labels)"),
+            "\"{\\\"app\\\": \\\"x\\\"}\""
+        );
+        assert_eq!(obj("type(o)"), "\"AttrDict\"");
+        assert_eq!(obj("bool(o) and not json.decode('{}')"), "True");
     }
 }

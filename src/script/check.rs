@@ -1,11 +1,10 @@
 //! `kite check`: parse and lint a script without running it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use starlark::analysis::AstModuleLint;
-use starlark::typing::AstModuleTypecheck;
-use starlark::{ErrorKind, codemap::FileSpan};
+use starlark::codemap::FileSpan;
 
 use super::builtins::globals;
 use super::run::{self, parse};
@@ -55,23 +54,20 @@ pub fn check(path: &Path) -> Result<String, Error> {
             lint.problem,
             lint.short_name
         );
-        if lint.severity == starlark::analysis::EvalSeverity::Error {
+        // Using an unknown name always fails at run time, so it is an error here.
+        let fatal = lint.severity == starlark::analysis::EvalSeverity::Error
+            || matches!(
+                lint.short_name.as_str(),
+                "using-undefined" | "undefined-variable"
+            );
+        if fatal {
             errors.push(line);
         } else {
             warnings.push(format!("warning: {line}"));
         }
     }
-    // load()ed modules are unknown to the type checker; their names are not errors here.
-    let (type_errors, ..) = ast.typecheck(globals(), &HashMap::new());
-    for e in type_errors {
-        if matches!(e.kind(), ErrorKind::Scope(_)) {
-            continue;
-        }
-        let msg = e.without_diagnostic().to_string();
-        match e.span() {
-            Some(span) => errors.push(format!("{}: {msg}", position(span))),
-            None => errors.push(msg),
-        }
+    for (span, problem) in super::lint::check_calls(&ast) {
+        errors.push(format!("{}: {problem}", position(&span)));
     }
     errors.sort();
     errors.dedup();

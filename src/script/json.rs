@@ -150,3 +150,67 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
         path: path.clone(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use starlark::environment::Module;
+
+    use super::*;
+
+    /// A small deterministic generator, so failures reproduce.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    fn random_json(r: &mut Lcg, depth: u32) -> Json {
+        match r.next(if depth > 4 { 6 } else { 8 }) {
+            0 => Json::Null,
+            1 => json!(r.next(2) == 0),
+            2 => json!(i64::MIN + r.next(1000) as i64),
+            3 => json!(u64::MAX - r.next(1000)),
+            4 => json!((r.next(1_000_000) as f64) / 7.0),
+            5 => json!(["", "a", "ünï", "\"q\"", "\n"][r.next(5) as usize]),
+            6 => Json::Array((0..r.next(4)).map(|_| random_json(r, depth + 1)).collect()),
+            _ => Json::Object(
+                (0..r.next(4))
+                    .map(|i| (format!("k{i}"), random_json(r, depth + 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn json_round_trips_exactly() {
+        let mut r = Lcg(42);
+        Module::with_temp_heap(|module| {
+            for _ in 0..2000 {
+                let original = random_json(&mut r, 0);
+                let value = to_starlark(module.heap(), &original);
+                assert_eq!(from_starlark(value).unwrap(), original);
+            }
+        });
+    }
+
+    #[test]
+    fn integer_edges_survive() {
+        Module::with_temp_heap(|module| {
+            for n in [
+                json!(i64::MIN),
+                json!(i64::MAX),
+                json!(u64::MAX),
+                json!(0),
+                json!(-1),
+            ] {
+                assert_eq!(from_starlark(to_starlark(module.heap(), &n)).unwrap(), n);
+            }
+        });
+    }
+}

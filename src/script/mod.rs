@@ -5,6 +5,7 @@ pub mod builtins;
 pub mod check;
 pub mod host;
 pub mod json;
+pub mod lint;
 pub mod loader;
 pub mod permissions;
 pub mod run;

@@ -27,8 +27,7 @@ use starlark::values::{FrozenValue, Heap, Value};
 use self::args::{Args, Builder};
 use crate::script::json::to_starlark;
 
-/// Every builder, for the tests to sweep.
-#[cfg(test)]
+/// Every builder: for `kite check` to validate calls, and for the tests to sweep.
 const ALL: &[&Builder] = &[
     &workloads::DEPLOYMENT,
     &workloads::STATEFUL_SET,
@@ -56,6 +55,13 @@ const ALL: &[&Builder] = &[
     &extra::LEASE,
     &crd::CRD,
 ];
+
+/// Each builder's name, the keyword its one positional argument stands for, and its
+/// accepted keywords: what `kite check` needs to validate `k8s.obj.*` calls statically.
+pub fn signatures()
+-> impl Iterator<Item = (&'static str, Option<&'static str>, &'static [&'static str])> {
+    ALL.iter().map(|b| (b.name, b.positional, b.keywords))
+}
 
 /// The frozen `obj` namespace, to be placed under `k8s`.
 pub fn obj_namespace() -> FrozenValue {

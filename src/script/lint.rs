@@ -1,0 +1,292 @@
+//! Static checks of calls to known builtins: wrong arity, unknown or missing keyword
+//! arguments, found without running the script (`kite check`).
+
+use std::collections::{BTreeMap, HashSet};
+
+use starlark::codemap::FileSpan;
+use starlark::docs::{DocItem, DocMember, DocParams};
+use starlark::syntax::AstModule;
+use starlark_syntax::syntax::ast::{
+    ArgumentP, AssignTargetP, AstExpr, AstNoPayload, AstStmt, ExprP, StmtP,
+};
+use starlark_syntax::syntax::uniplate::Visit;
+
+use super::builtins::globals;
+
+/// What a builtin accepts.
+#[derive(Debug, Clone, Default)]
+pub struct Signature {
+    /// Positional parameters in order, with whether each is required.
+    pub positional: Vec<(String, bool)>,
+    /// Keyword-only parameters, with whether each is required.
+    pub named_only: Vec<(String, bool)>,
+    pub varargs: bool,
+    /// `**kwargs` accepts anything unless `kwarg_names` lists what it accepts.
+    pub kwargs: bool,
+    pub kwarg_names: Option<Vec<String>>,
+}
+
+impl Signature {
+    fn from_docs(params: &DocParams) -> Self {
+        let req = |p: &starlark::docs::DocParam| (p.name.clone(), p.default_value.is_none());
+        Signature {
+            positional: params
+                .pos_only
+                .iter()
+                .chain(&params.pos_or_named)
+                .map(req)
+                .collect(),
+            named_only: params.named_only.iter().map(req).collect(),
+            varargs: params.args.is_some(),
+            kwargs: params.kwargs.is_some(),
+            kwarg_names: None,
+        }
+    }
+
+    fn accepted(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .positional
+            .iter()
+            .chain(&self.named_only)
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.extend(self.kwarg_names.iter().flatten().cloned());
+        names
+    }
+
+    /// The problems of one call with `positional` positional arguments and `named`
+    /// keyword arguments (no `*args`/`**kwargs` at the call site).
+    pub fn check(&self, func: &str, positional: usize, named: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        if positional > self.positional.len() && !self.varargs {
+            problems.push(format!(
+                "{func}() takes at most {} positional argument(s), {positional} given",
+                self.positional.len()
+            ));
+        }
+        let by_position: Vec<&str> = self
+            .positional
+            .iter()
+            .take(positional)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        for name in named {
+            let known = self
+                .positional
+                .iter()
+                .chain(&self.named_only)
+                .any(|(n, _)| n == name);
+            let via_kwargs = self.kwargs
+                && self
+                    .kwarg_names
+                    .as_ref()
+                    .is_none_or(|k| k.iter().any(|n| n == name));
+            if by_position.contains(name) {
+                problems.push(format!("{func}(): argument {name:?} given twice"));
+            } else if !known && !via_kwargs {
+                problems.push(format!(
+                    "{func}(): unknown keyword argument {name:?} (accepted: {})",
+                    self.accepted().join(", ")
+                ));
+            }
+        }
+        let missing = self
+            .positional
+            .iter()
+            .skip(positional)
+            .chain(&self.named_only)
+            .filter(|(n, required)| *required && !named.contains(&n.as_str()));
+        for (name, _) in missing {
+            problems.push(format!("{func}(): missing required argument {name:?}"));
+        }
+        problems
+    }
+}
+
+/// Signatures of every builtin a script can call by a plain or dotted name:
+/// `len`, `var_int`, `json.encode`, `k8s.get`, `k8s.obj.deployment`, ...
+pub fn known_signatures() -> BTreeMap<String, Signature> {
+    let mut known = BTreeMap::new();
+    let g = globals();
+    for (name, value) in g.iter() {
+        match value.to_value().documentation() {
+            DocItem::Member(DocMember::Function(f)) => {
+                known.insert(name.to_owned(), Signature::from_docs(&f.params));
+            }
+            DocItem::Module(m) => {
+                for (member, item) in m.members {
+                    if let DocItem::Member(DocMember::Function(f)) = item {
+                        known.insert(format!("{name}.{member}"), Signature::from_docs(&f.params));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (name, member) in crate::k8s::module::method_docs().members {
+        if let DocMember::Function(f) = member {
+            known.insert(format!("k8s.{name}"), Signature::from_docs(&f.params));
+        }
+    }
+    for (name, positional, keywords) in crate::k8s::obj::signatures() {
+        known.insert(
+            format!("k8s.obj.{name}"),
+            Signature {
+                positional: positional
+                    .map(|p| (p.to_owned(), false))
+                    .into_iter()
+                    .collect(),
+                kwargs: true,
+                kwarg_names: Some(keywords.iter().map(|k| (*k).to_owned()).collect()),
+                ..Default::default()
+            },
+        );
+    }
+    known
+}
+
+/// Checks every call to a known builtin in `ast`; returns (location, problem) pairs.
+pub fn check_calls(ast: &AstModule) -> Vec<(FileSpan, String)> {
+    let known = known_signatures();
+    let shadowed = bound_names(ast.statement());
+    let mut problems = Vec::new();
+    walk(Visit::Stmt(ast.statement()), &mut |expr: &AstExpr| {
+        let ExprP::Call(callee, args) = &expr.node else {
+            return;
+        };
+        let Some(name) = dotted_name(callee) else {
+            return;
+        };
+        let root = name.split('.').next().unwrap_or_default();
+        if shadowed.contains(root) {
+            return;
+        }
+        let Some(sig) = known.get(&name) else { return };
+        let mut positional = 0;
+        let mut named = Vec::new();
+        for arg in &args.args {
+            match &arg.node {
+                ArgumentP::Positional(_) => positional += 1,
+                ArgumentP::Named(n, _) => named.push(n.node.as_str()),
+                // *args / **kwargs at the call site: arity is unknown statically.
+                ArgumentP::Args(_) | ArgumentP::KwArgs(_) => return,
+            }
+        }
+        for problem in sig.check(&name, positional, &named) {
+            problems.push((ast.file_span(expr.span), problem));
+        }
+    });
+    problems
+}
+
+fn dotted_name(expr: &AstExpr) -> Option<String> {
+    match &expr.node {
+        ExprP::Identifier(id) => Some(id.node.ident.clone()),
+        ExprP::Dot(inner, attr) => Some(format!("{}.{}", dotted_name(inner)?, attr.node)),
+        _ => None,
+    }
+}
+
+/// Names the script binds anywhere (def, assignment, load, for): a call through such a
+/// name may not be the builtin, so it is not checked.
+fn bound_names(stmt: &AstStmt) -> HashSet<String> {
+    let mut names = HashSet::new();
+    collect_bound(stmt, &mut names);
+    names
+}
+
+fn collect_bound(stmt: &AstStmt, names: &mut HashSet<String>) {
+    match &stmt.node {
+        StmtP::Def(def) => {
+            names.insert(def.name.node.ident.clone());
+        }
+        StmtP::Assign(a) => target_names(&a.lhs.node, names),
+        StmtP::AssignModify(t, ..) => target_names(&t.node, names),
+        StmtP::For(f) => target_names(&f.var.node, names),
+        StmtP::Load(load) => {
+            for arg in &load.args {
+                names.insert(arg.local.node.ident.clone());
+            }
+        }
+        _ => {}
+    }
+    stmt.visit_stmt(|child| collect_bound(child, names));
+}
+
+fn target_names(target: &AssignTargetP<AstNoPayload>, names: &mut HashSet<String>) {
+    match target {
+        AssignTargetP::Identifier(id) => {
+            names.insert(id.node.ident.clone());
+        }
+        AssignTargetP::Tuple(items) => items.iter().for_each(|t| target_names(&t.node, names)),
+        AssignTargetP::Index(_) | AssignTargetP::Dot(..) => {}
+    }
+}
+
+fn walk<'a>(node: Visit<'a, AstNoPayload>, f: &mut impl FnMut(&'a AstExpr)) {
+    if let Visit::Expr(e) = &node {
+        f(e);
+    }
+    node.visit_children(|child| walk(child, f));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use starlark::syntax::Dialect;
+
+    fn problems(code: &str) -> Vec<String> {
+        let ast = AstModule::parse("t.star", code.to_owned(), &Dialect::Extended).unwrap();
+        check_calls(&ast)
+            .into_iter()
+            .map(|(span, p)| {
+                let pos = span.resolve_span();
+                format!("{}:{}: {p}", pos.begin.line + 1, pos.begin.column + 1)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reports_arity_and_keyword_problems_with_positions() {
+        let found =
+            problems("n = var_int()\nprint(len(1, 2))\nk8s.get('pods', 'x', namespce='y')\n");
+        assert!(
+            found.contains(&"1:5: var_int(): missing required argument \"name\"".to_owned()),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("2:7: len() takes at most 1")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("3:1: k8s.get(): unknown keyword argument \"namespce\"")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn checks_builder_keywords() {
+        let found = problems("k8s.obj.deployment(name='x', replica=2)");
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("unknown keyword argument \"replica\"")),
+            "{found:?}"
+        );
+        assert!(problems("k8s.obj.deployment('x', replicas=2, containers=[])").is_empty());
+    }
+
+    #[test]
+    fn valid_and_shadowed_calls_pass() {
+        assert!(
+            problems("var_int('a', 3)\njson.encode({})\nk8s.list('pods', namespace='x')")
+                .is_empty()
+        );
+        assert!(problems("def len(a, b):\n  return a\nlen(1, 2)").is_empty());
+        assert!(problems("f = {}\nvar_int(*[1])").is_empty());
+    }
+}
