@@ -31,6 +31,10 @@ unit-test:
 test: cluster-up build lint
 	$(CARGO) test --locked --all-targets
 
+## The seed's walkthrough: the max-replicas controller correcting a drifted deployment.
+demo: cluster-up build
+	examples/demo.sh
+
 fmt:
 	$(CARGO) fmt
 

@@ -67,10 +67,23 @@ pub struct RunArgs {
     /// The kubeconfig context to use.
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
+    /// A handler running longer than this is cancelled (controllers only).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub handler_timeout: std::time::Duration,
+    /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub grace_period: std::time::Duration,
+    /// The address the health server (health_port) binds; 0.0.0.0 inside a pod.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub health_bind: std::net::IpAddr,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t)]
     pub log_format: LogFormat,
     /// More logging (-v: debug, -vv: trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    crate::duration::parse(s).map_err(|e| e.to_string())
 }

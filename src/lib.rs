@@ -9,7 +9,9 @@
 //! `tests/cluster` builds from Go modules.
 
 pub mod cli;
+pub mod control;
 pub mod duration;
+pub mod http;
 pub mod k8s;
 pub mod script;
 pub mod version;

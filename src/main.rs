@@ -2,10 +2,14 @@
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::Parser;
 use kite::cli::{Cli, Command, LogFormat, RunArgs};
+use kite::control::standalone;
 use kite::script::host::{Host, KubeOptions};
 use kite::script::permissions::Permissions;
+use kite::script::run::Finished;
 use kite::script::vars::Vars;
 
 fn main() -> ExitCode {
@@ -37,9 +41,11 @@ fn init_logging(format: LogFormat, verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KITE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -77,11 +83,26 @@ fn run(args: RunArgs) -> ExitCode {
         context: args.context,
         dry_run: args.dry_run,
     };
-    let host = Host::new(vars, permissions, runtime.handle().clone(), kube);
+    let host = Arc::new(Host::new(vars, permissions, runtime.handle().clone(), kube));
     // The script runs on this thread, which is not a runtime worker, so builtins may
     // block on the runtime.
     let code = match kite::script::run::run(&args.file, &host) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Finished::Done) => ExitCode::SUCCESS,
+        Ok(Finished::Controller { request, handlers }) => {
+            let opts = standalone::Options {
+                handler_budget: args.handler_timeout,
+                grace: args.grace_period,
+                health_bind: args.health_bind,
+                script: args.file.clone(),
+            };
+            match standalone::run(host.clone(), *request, handlers, opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(e.exit_code())

@@ -11,10 +11,12 @@ use std::time::Duration;
 use allocative::Allocative;
 use serde_json::{Value as Json, json};
 use starlark::any::ProvidesStaticType;
+use starlark::collections::SmallMap;
 use starlark::environment::{GlobalsBuilder, Methods, MethodsBuilder};
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
-use starlark::values::none::NoneOr;
+use starlark::values::none::{NoneOr, NoneType};
+use starlark::values::tuple::UnpackTuple;
 use starlark::values::{
     Heap, NoSerialize, StarlarkValue, Value, ValueLike, list::AllocList, starlark_value,
 };
@@ -22,9 +24,14 @@ use starlark::values::{
 use super::ops::{self, Target};
 use super::session::{Session, SessionKey};
 use super::{event, manifest, try_call::TryCall, wait, watch};
-use crate::script::host::Host;
+use crate::script::host::{ControlRequest, Host};
 use crate::script::json::{from_starlark, to_starlark};
 use crate::script::permissions::Access;
+
+/// The message that unwinds a script after `k8s.control(...)`; never shown to users
+/// unless control() was called where it cannot start a controller.
+pub const CONTROL_STARTED: &str =
+    "k8s.control() must be called from the script that `kite run` runs";
 
 /// The default deadline of one API call when the script gives no `timeout=`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -62,7 +69,7 @@ impl<'v> StarlarkValue<'v> for K8sClient {
         if self.is_module && attribute == "obj" {
             return Some(super::obj::obj_namespace().to_value());
         }
-        let inner = attribute.strip_prefix("try_")?;
+        let inner = attribute.strip_prefix("try_").filter(|n| *n != "control")?;
         if !method_names().iter().any(|n| n == inner) {
             return None;
         }
@@ -76,7 +83,11 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 
     fn dir_attr(&self) -> Vec<String> {
-        let mut names: Vec<String> = method_names().iter().map(|n| format!("try_{n}")).collect();
+        let mut names: Vec<String> = method_names()
+            .iter()
+            .filter(|n| *n != "control")
+            .map(|n| format!("try_{n}"))
+            .collect();
         if self.is_module {
             names.push("obj".into());
         }
@@ -170,6 +181,13 @@ impl<'a> Call<'a> {
             .map_err(|e| anyhow::anyhow!("k8s.{}: {e}", self.name))
     }
 
+    /// Remembers a write's result for self-echo suppression.
+    fn wrote(&self, obj: &Json) {
+        if !self.session.dry_run {
+            self.host.writes.record(obj);
+        }
+    }
+
     fn dry_run_note(&self, verb: &str, obj: &Json) {
         if self.session.dry_run {
             let kind = obj["kind"].as_str().unwrap_or("object").to_lowercase();
@@ -239,6 +257,7 @@ fn client_methods(builder: &mut MethodsBuilder) {
         for doc in &docs {
             let created = call.run(ops::create(&call.session, doc, opt(namespace), dry_run))?;
             call.dry_run_note("created", &created);
+            call.wrote(&created);
             out.push(created);
         }
         Ok(one_or_list(
@@ -272,6 +291,7 @@ fn client_methods(builder: &mut MethodsBuilder) {
                 dry_run,
             ))?;
             call.dry_run_note("serverside-applied", &applied);
+            call.wrote(&applied);
             out.push(applied);
         }
         Ok(one_or_list(
@@ -324,6 +344,7 @@ fn client_methods(builder: &mut MethodsBuilder) {
             ops::patch(&call.session, &target, name, &body, false).await
         })?;
         call.dry_run_note("patched", &out);
+        call.wrote(&out);
         Ok(to_starlark(eval.heap(), &out))
     }
 
@@ -387,6 +408,7 @@ fn client_methods(builder: &mut MethodsBuilder) {
             )
             .await
         })?;
+        call.wrote(&out);
         Ok(to_starlark(eval.heap(), &out))
     }
 
@@ -564,6 +586,27 @@ fn client_methods(builder: &mut MethodsBuilder) {
         Ok(heap.alloc(AllocList(rows.iter().map(|r| to_starlark(heap, r)))))
     }
 
+    /// Turns the script into a controller: records the options and handlers, then stops
+    /// the script; kite runs the reconcile loop once the module is frozen.
+    fn control<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(args)] args: UnpackTuple<Value<'v>>,
+        #[starlark(kwargs)] kwargs: SmallMap<String, Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let host = Host::of(eval)?;
+        host.allow("k8s.control", Access::K8s)?;
+        let (spec, handlers) = crate::control::spec::parse(&args.items, &kwargs)?;
+        let session = this
+            .downcast_ref::<K8sClient>()
+            .map(|c| c.key.clone())
+            .unwrap_or_default();
+        crate::control::handlers::stash(eval.module(), eval.heap(), &handlers);
+        host.request_control(ControlRequest { spec, session })?;
+        // Unwinds the script; the host sees the request and starts the controller.
+        Err(anyhow::anyhow!(CONTROL_STARTED))
+    }
+
     /// A client with other settings: `k8s.config(kubeconfig=, context=, namespace=)`.
     fn config<'v>(
         #[starlark(this)] this: Value<'v>,
@@ -613,6 +656,7 @@ fn meta_patch<'v>(
         ops::patch(&call.session, &target, name, &body, false).await
     })?;
     call.dry_run_note("patched", &out);
+    call.wrote(&out);
     Ok(to_starlark(eval.heap(), &out))
 }
 

@@ -26,6 +26,17 @@ pub struct Host {
     pub kube: KubeOptions,
     /// The Kubernetes session, created on the first cluster call.
     pub k8s: crate::k8s::session::SessionCell,
+    /// What this script's own writes returned, for self-echo suppression.
+    pub writes: crate::control::echo::WriteLog,
+    /// Set by `k8s.control(...)`: the controller the script asked for.
+    control: std::sync::Mutex<Option<ControlRequest>>,
+}
+
+/// A controller requested by `k8s.control(...)`, and the client it was called on.
+#[derive(Debug, Clone)]
+pub struct ControlRequest {
+    pub spec: crate::control::spec::ControlSpec,
+    pub session: crate::k8s::session::SessionKey,
 }
 
 impl Host {
@@ -42,7 +53,38 @@ impl Host {
             runtime,
             kube,
             k8s: Default::default(),
+            writes: Default::default(),
+            control: Default::default(),
         }
+    }
+
+    /// Records the controller a script asked for.
+    ///
+    /// # Errors
+    /// When the script already asked for one: a script runs one controller.
+    pub fn request_control(&self, request: ControlRequest) -> anyhow::Result<()> {
+        let mut slot = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            anyhow::bail!("k8s.control: a script can start only one controller");
+        }
+        *slot = Some(request);
+        Ok(())
+    }
+
+    /// True once the script has called `k8s.control(...)`.
+    pub fn control_requested(&self) -> bool {
+        self.control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// The controller the script asked for, if any.
+    pub fn take_control(&self) -> Option<ControlRequest> {
+        self.control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// The host of the evaluator running a builtin.

@@ -128,6 +128,21 @@ pub fn known_signatures() -> BTreeMap<String, Signature> {
             known.insert(format!("k8s.{name}"), Signature::from_docs(&f.params));
         }
     }
+    // control() takes **kwargs to give its own messages; check against its keyword list.
+    known.insert(
+        "k8s.control".to_owned(),
+        Signature {
+            positional: vec![("kind".to_owned(), false)],
+            kwargs: true,
+            kwarg_names: Some(
+                crate::control::spec::KEYWORDS
+                    .iter()
+                    .map(|k| (*k).to_owned())
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+    );
     for (name, positional, keywords) in crate::k8s::obj::signatures() {
         known.insert(
             format!("k8s.obj.{name}"),
@@ -278,6 +293,13 @@ mod tests {
             "{found:?}"
         );
         assert!(problems("k8s.obj.deployment('x', replicas=2, containers=[])").is_empty());
+        let found = problems("k8s.control('pods', reconcile=None, workerz=2)");
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("unknown keyword argument \"workerz\"")),
+            "{found:?}"
+        );
     }
 
     #[test]

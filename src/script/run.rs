@@ -5,14 +5,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use starlark::PrintHandler;
-use starlark::environment::Module;
+use starlark::environment::{FrozenModule, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::AstModule;
 
 use super::builtins::globals;
-use super::host::Host;
+use super::host::{ControlRequest, Host};
 use super::loader::{LoadCache, Loader, dialect, display_name};
 use super::syntax;
+use crate::control::handlers::Handlers;
 
 /// Why a run failed, which decides the exit code.
 #[derive(Debug, thiserror::Error)]
@@ -69,11 +70,23 @@ pub fn parse(path: &Path) -> Result<(AstModule, String)> {
     Ok((ast, text))
 }
 
-/// Runs the script at `path` to completion.
+/// How a script run ended.
+pub enum Finished {
+    /// The script ran to completion.
+    Done,
+    /// The script called `k8s.control(...)`: the controller to start, with the script's
+    /// frozen handlers.
+    Controller {
+        request: Box<ControlRequest>,
+        handlers: Handlers,
+    },
+}
+
+/// Runs the script at `path` until it finishes or calls `k8s.control(...)`.
 ///
 /// # Errors
 /// A parse or evaluation error, rendered for the terminal.
-pub fn run(path: &Path, host: &Host) -> Result<()> {
+pub fn run(path: &Path, host: &Host) -> Result<Finished> {
     let (ast, source) = parse(path)?;
     let calls_main = syntax::calls(&ast, "main");
     let cache = LoadCache::default();
@@ -82,22 +95,46 @@ pub fn run(path: &Path, host: &Host) -> Result<()> {
         cache: &cache,
         host,
     };
-    let result = Module::with_temp_heap(|module| -> starlark::Result<()> {
-        let mut eval = Evaluator::new(&module);
-        eval.extra = Some(host);
-        eval.set_loader(&loader);
-        eval.set_print_handler(&StdoutPrinter);
-        eval.eval_module(ast, globals())?;
-        let main = module.get("main").filter(|m| m.get_type() == "function");
-        if let (false, Some(main)) = (calls_main, main) {
-            eval.eval_function(main, &[], &[])?;
+    let result = Module::with_temp_heap(|module| -> starlark::Result<Option<FrozenModule>> {
+        let evaluated = {
+            let mut eval = Evaluator::new(&module);
+            eval.extra = Some(host);
+            eval.set_loader(&loader);
+            eval.set_print_handler(&StdoutPrinter);
+            eval.eval_module(ast, globals()).and_then(|_| {
+                let main = module.get("main").filter(|m| m.get_type() == "function");
+                match (calls_main, main) {
+                    (false, Some(main)) => eval.eval_function(main, &[], &[]).map(|_| ()),
+                    _ => Ok(()),
+                }
+            })
+        };
+        match evaluated {
+            // k8s.control() unwinds the script with an error once it has recorded the
+            // controller; anything else is a real error.
+            Err(_) if host.control_requested() => {}
+            Err(e) => return Err(e),
+            Ok(()) if !host.control_requested() => return Ok(None),
+            Ok(()) => {}
         }
-        Ok(())
+        module
+            .freeze()
+            .map(Some)
+            .map_err(|e| starlark::Error::new_other(anyhow::anyhow!("freezing the script: {e:?}")))
     });
     for name in host.vars.unused(&source) {
         eprintln!("warning: --var {name} is never read by the script");
     }
-    result.map_err(|e| Error::Script(e.to_string()))
+    let frozen = result.map_err(|e| Error::Script(e.to_string()))?;
+    let (Some(frozen), Some(request)) = (frozen, host.take_control()) else {
+        return Ok(Finished::Done);
+    };
+    let handlers = Handlers::from_module(frozen)
+        .ok_or_else(|| Error::Script(format!("error: {}", crate::k8s::module::CONTROL_STARTED)))?;
+    Ok(Finished::Controller {
+        request: Box::new(request),
+        handlers,
+    })
 }
 
 fn script_dir(path: &Path) -> PathBuf {

@@ -202,6 +202,7 @@ pub struct Kite {
     child: tokio::process::Child,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The path of the `kite` binary under test.
@@ -222,12 +223,13 @@ impl Kite {
             .kill_on_drop(true)
             .spawn()
             .expect("start kite");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
+        let (stdout, out_reader) = collect(child.stdout.take().unwrap());
+        let (stderr, err_reader) = collect(child.stderr.take().unwrap());
         Self {
             child,
             stdout,
             stderr,
+            readers: vec![out_reader, err_reader],
         }
     }
 
@@ -266,28 +268,44 @@ impl Kite {
         self.child.id().expect("kite is running")
     }
 
-    /// Waits for the process to exit and returns its exit status.
+    /// Waits for the process to exit and returns its exit status; its output has then
+    /// been read to the end.
     pub async fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        tokio::time::timeout(timeout, self.child.wait())
+        let status = tokio::time::timeout(timeout, self.child.wait())
             .await
             .expect("kite exits in time")
-            .expect("wait for kite")
+            .expect("wait for kite");
+        for reader in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        status
     }
 }
 
-fn collect<R>(pipe: R) -> Arc<Mutex<Vec<String>>>
+impl Drop for Kite {
+    fn drop(&mut self) {
+        // A failing test shows what kite said; the process itself is killed on drop.
+        if std::thread::panicking() {
+            let tail = |lines: Vec<String>| lines[lines.len().saturating_sub(60)..].join("\n");
+            eprintln!("--- kite stdout (tail) ---\n{}", tail(self.stdout()));
+            eprintln!("--- kite stderr (tail) ---\n{}", tail(self.stderr()));
+        }
+    }
+}
+
+fn collect<R>(pipe: R) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>)
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let sink = lines.clone();
-    tokio::spawn(async move {
+    let reader = tokio::spawn(async move {
         let mut reader = BufReader::new(pipe).lines();
         while let Ok(Some(line)) = reader.next_line().await {
             sink.lock().unwrap().push(line);
         }
     });
-    lines
+    (lines, reader)
 }
 
 /// Runs `kite ARGS` to completion (with a deadline) and returns its output.

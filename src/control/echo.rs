@@ -1,0 +1,93 @@
+//! Self-echo suppression: the resourceVersions that this controller's own writes
+//! returned, so the watch event they cause does not trigger a reconcile by itself.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+
+use serde_json::Value as Json;
+
+/// Enough for every write in flight across a busy controller; older entries are
+/// forgotten first, which at worst costs one extra (idempotent) reconcile.
+const CAPACITY: usize = 8192;
+
+/// A bounded set of (uid, resourceVersion) pairs written by this controller.
+#[derive(Default)]
+pub struct WriteLog {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    order: VecDeque<(String, String)>,
+    set: HashSet<(String, String)>,
+}
+
+fn identity(obj: &Json) -> Option<(String, String)> {
+    let meta = &obj["metadata"];
+    Some((
+        meta["uid"].as_str()?.to_owned(),
+        meta["resourceVersion"].as_str()?.to_owned(),
+    ))
+}
+
+impl WriteLog {
+    /// Remembers the object a write returned.
+    pub fn record(&self, obj: &Json) {
+        let Some(id) = identity(obj) else { return };
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.set.insert(id.clone()) {
+            inner.order.push_back(id);
+        }
+        while inner.order.len() > CAPACITY {
+            if let Some(old) = inner.order.pop_front() {
+                inner.set.remove(&old);
+            }
+        }
+    }
+
+    /// True (once) if `obj` is exactly the state one of our writes produced.
+    pub fn is_echo(&self, obj: &Json) -> bool {
+        let Some(id) = identity(obj) else {
+            return false;
+        };
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        // Left in `order`; it ages out there and is skipped by the set check.
+        inner.set.remove(&id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(uid: &str, rv: &str) -> Json {
+        json!({"metadata": {"uid": uid, "resourceVersion": rv}})
+    }
+
+    #[test]
+    fn own_writes_are_echoes_once_and_others_are_not() {
+        let log = WriteLog::default();
+        log.record(&obj("a", "5"));
+        assert!(
+            !log.is_echo(&obj("a", "6")),
+            "a later change by someone else"
+        );
+        assert!(log.is_echo(&obj("a", "5")));
+        assert!(!log.is_echo(&obj("a", "5")), "only once");
+        assert!(!log.is_echo(&json!({})));
+    }
+
+    #[test]
+    fn capacity_is_bounded() {
+        let log = WriteLog::default();
+        for i in 0..(CAPACITY + 10) {
+            log.record(&obj("u", &i.to_string()));
+        }
+        assert!(
+            !log.is_echo(&obj("u", "0")),
+            "the oldest entries were forgotten"
+        );
+        assert!(log.is_echo(&obj("u", &(CAPACITY + 9).to_string())));
+    }
+}

@@ -1,0 +1,267 @@
+//! The script's handler functions, frozen, and how one call of them runs on a worker
+//! thread: a fresh temporary heap and evaluator per call, a time budget enforced by the
+//! evaluator's cancel hook, and the return value decoded.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+use starlark::environment::{FrozenModule, Module};
+use starlark::eval::Evaluator;
+use starlark::values::dict::{AllocDict, DictRef};
+use starlark::values::list::{AllocList, ListRef};
+use starlark::values::{Heap, OwnedFrozenValue, Value};
+
+use super::spec::HandlerValues;
+use crate::script::host::Host;
+use crate::script::json::{from_starlark, to_starlark};
+use crate::script::run::StdoutPrinter;
+
+/// Why a handler call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The handler raised an error; the message is the rendered traceback.
+    #[error("{0}")]
+    Raised(String),
+    /// The handler ran past its time budget and was cancelled.
+    #[error("handler cancelled after exceeding its time budget of {budget}")]
+    OverBudget { budget: String },
+    /// The handler returned something kite cannot use.
+    #[error("{0}")]
+    BadReturn(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a reconcile-style handler asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// `None`: done.
+    Done,
+    /// A duration string: call again after it.
+    RequeueAfter(Duration),
+    /// A list of objects: the desired children.
+    Children(Vec<Json>),
+}
+
+/// The frozen handlers of one controller. Cheap to share between worker threads.
+pub struct Handlers {
+    pub reconcile: Option<OwnedFrozenValue>,
+    pub on_create: Option<OwnedFrozenValue>,
+    pub on_update: Option<OwnedFrozenValue>,
+    pub on_delete: Option<OwnedFrozenValue>,
+    pub finalize: Option<OwnedFrozenValue>,
+    pub predicate: Option<OwnedFrozenValue>,
+    pub related: Vec<OwnedFrozenValue>,
+    /// Keeps the script's frozen heap (and so every global it refers to) alive.
+    _module: FrozenModule,
+}
+
+const NAMES: [&str; 6] = [
+    "reconcile",
+    "on_create",
+    "on_update",
+    "on_delete",
+    "finalize",
+    "predicate",
+];
+
+/// Stores the handlers in the module's extra value, so that freezing the module keeps
+/// them (and everything they close over) alive for the worker threads.
+pub fn stash<'v>(module: &Module<'v>, heap: Heap<'v>, h: &HandlerValues<'v>) {
+    let fields = [
+        h.reconcile,
+        h.on_create,
+        h.on_update,
+        h.on_delete,
+        h.finalize,
+        h.predicate,
+    ];
+    let mut entries: Vec<(Value<'v>, Value<'v>)> = NAMES
+        .iter()
+        .zip(fields)
+        .filter_map(|(name, f)| Some((heap.alloc(*name), f?)))
+        .collect();
+    entries.push((
+        heap.alloc("related"),
+        heap.alloc(AllocList(h.related.iter().copied())),
+    ));
+    module.set_extra_value(heap.alloc(AllocDict(entries)));
+}
+
+impl Handlers {
+    /// Takes the handlers back out of a frozen module that [`stash`] prepared.
+    pub fn from_module(module: FrozenModule) -> Option<Self> {
+        let extra = module.owned_extra_value()?;
+        let field = |name: &str| {
+            extra
+                .try_map(|v| {
+                    DictRef::from_value(v.to_value())
+                        .and_then(|d| d.get_str(name))
+                        .and_then(|f| f.unpack_frozen())
+                        .ok_or(())
+                })
+                .ok()
+        };
+        let related_list = field("related");
+        let mut related = Vec::new();
+        if let Some(list) = &related_list {
+            let n = ListRef::from_value(list.value())
+                .map(|l| l.len())
+                .unwrap_or(0);
+            for i in 0..n {
+                let item = list.try_map(|v| {
+                    ListRef::from_value(v.to_value())
+                        .and_then(|l| l.content().get(i).copied())
+                        .and_then(|f| f.unpack_frozen())
+                        .ok_or(())
+                });
+                related.extend(item.ok());
+            }
+        }
+        Some(Self {
+            reconcile: field("reconcile"),
+            on_create: field("on_create"),
+            on_update: field("on_update"),
+            on_delete: field("on_delete"),
+            finalize: field("finalize"),
+            predicate: field("predicate"),
+            related,
+            _module: module,
+        })
+    }
+}
+
+/// An argument to a handler.
+pub enum Arg<'a> {
+    Str(&'a str),
+    Obj(&'a Json),
+}
+
+/// Runs `f(args...)` on the calling (non-async) thread with a fresh heap.
+///
+/// `decode` turns the returned Starlark value into a Rust value while the heap is
+/// still alive. The call is cancelled when `budget` runs out or `stop` is set.
+///
+/// # Errors
+/// The handler's error (rendered with its traceback), a budget overrun, or whatever
+/// `decode` rejects.
+pub fn call<T>(
+    host: &Host,
+    f: &OwnedFrozenValue,
+    args: &[Arg],
+    budget: Duration,
+    stop: &AtomicBool,
+    decode: impl for<'v> FnOnce(Value<'v>) -> Result<T>,
+) -> Result<T> {
+    let deadline = Instant::now() + budget;
+    let over_budget = AtomicBool::new(false);
+    Module::with_temp_heap(|module| {
+        let heap = module.heap();
+        let mut eval = Evaluator::new(&module);
+        eval.extra = Some(host);
+        eval.set_print_handler(&StdoutPrinter);
+        eval.set_check_cancelled(Box::new(|| {
+            let late = Instant::now() >= deadline;
+            if late {
+                over_budget.store(true, Ordering::Relaxed);
+            }
+            late || stop.load(Ordering::Relaxed)
+        }));
+        module.frozen_heap().add_reference(f.owner());
+        // SAFETY: the module's frozen heap now references `f`'s heap, so the frozen
+        // value stays alive for as long as this module can reach it.
+        let func = unsafe { f.unchecked_frozen_value() }.to_value();
+        let values: Vec<Value> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Str(s) => heap.alloc(*s),
+                Arg::Obj(o) => to_starlark(heap, o),
+            })
+            .collect();
+        match eval.eval_function(func, &values, &[]) {
+            Ok(v) => decode(v),
+            Err(_) if over_budget.load(Ordering::Relaxed) => Err(Error::OverBudget {
+                budget: crate::duration::format(budget),
+            }),
+            Err(e) => Err(Error::Raised(e.to_string())),
+        }
+    })
+}
+
+/// Decodes what reconcile and finalize may return: None, a duration string, or a list
+/// of objects.
+///
+/// # Errors
+/// Any other value, a bad duration, or a child that is not an object.
+pub fn decode_outcome(v: Value) -> Result<Outcome> {
+    if v.is_none() {
+        return Ok(Outcome::Done);
+    }
+    if let Some(s) = v.unpack_str() {
+        return crate::duration::parse(s)
+            .map(Outcome::RequeueAfter)
+            .map_err(|e| Error::BadReturn(format!("handler returned {s:?}: {e}")));
+    }
+    if matches!(v.get_type(), "list" | "tuple") {
+        let docs = crate::k8s::manifest::manifests(v).map_err(|e| {
+            Error::BadReturn(format!(
+                "handler returned a list that is not of objects: {e}"
+            ))
+        })?;
+        return Ok(Outcome::Children(docs));
+    }
+    Err(Error::BadReturn(format!(
+        "handler returned a {}; expected None, a duration string like \"30s\", or a list of objects",
+        v.get_type()
+    )))
+}
+
+/// Decodes a predicate's answer.
+///
+/// # Errors
+/// Anything but True or False.
+pub fn decode_bool(v: Value) -> Result<bool> {
+    v.unpack_bool().ok_or_else(|| {
+        Error::BadReturn(format!(
+            "predicate returned a {}; expected True or False",
+            v.get_type()
+        ))
+    })
+}
+
+/// Decodes what a watch_related map function returns: the primaries to requeue, as
+/// AttrDicts/dicts with name (and namespace), "ns/name" or "name" strings, or None.
+///
+/// # Errors
+/// An item that names no object.
+pub fn decode_refs(v: Value) -> Result<Vec<(Option<String>, String)>> {
+    if v.is_none() {
+        return Ok(Vec::new());
+    }
+    let one = |item: Value| -> Result<(Option<String>, String)> {
+        if let Some(s) = item.unpack_str() {
+            return Ok(match s.split_once('/') {
+                Some((ns, name)) => (Some(ns.to_owned()), name.to_owned()),
+                None => (None, s.to_owned()),
+            });
+        }
+        let json = from_starlark(item).map_err(|e| Error::BadReturn(e.to_string()))?;
+        let meta = if json.get("metadata").is_some() {
+            &json["metadata"]
+        } else {
+            &json
+        };
+        let name = meta["name"]
+            .as_str()
+            .ok_or_else(|| Error::BadReturn(format!("map_func returned {json} with no name")))?;
+        Ok((
+            meta["namespace"].as_str().map(str::to_owned),
+            name.to_owned(),
+        ))
+    };
+    match ListRef::from_value(v) {
+        Some(list) => list.iter().map(one).collect(),
+        None => Ok(vec![one(v)?]),
+    }
+}

@@ -1,0 +1,348 @@
+//! `k8s.control(...)` options: parsed and validated before anything starts.
+
+use std::time::Duration;
+
+use serde_json::Value as Json;
+use starlark::collections::SmallMap;
+use starlark::docs::{DocItem, DocMember};
+use starlark::values::Value;
+use starlark::values::dict::DictRef;
+use starlark::values::list::ListRef;
+use starlark::values::tuple::TupleRef;
+
+use crate::script::attrdict::AttrDict;
+use crate::script::json::from_starlark;
+
+/// Every keyword `k8s.control` accepts, in the order error messages list them.
+pub const KEYWORDS: &[&str] = &[
+    "kind",
+    "reconcile",
+    "on_create",
+    "on_update",
+    "on_delete",
+    "finalize",
+    "finalizer",
+    "namespace",
+    "labels",
+    "field_selector",
+    "poll",
+    "resync",
+    "health_port",
+    "generation_changed",
+    "watch_owned",
+    "watch_related",
+    "workers",
+    "max_retries",
+    "backoff",
+    "predicate",
+    "leader_election",
+    "leader_election_id",
+    "leader_election_namespace",
+    "identity",
+];
+
+/// The default finalizer when `finalize` is given without `finalizer`.
+pub const DEFAULT_FINALIZER: &str = "starkite.io/finalizer";
+
+/// The validated options of one controller (handlers are kept apart, as Starlark values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlSpec {
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub labels: Option<String>,
+    pub field_selector: Option<String>,
+    pub poll: Option<Duration>,
+    /// None disables resync ("0").
+    pub resync: Option<Duration>,
+    pub health_port: Option<u16>,
+    pub generation_changed: bool,
+    pub watch_owned: Vec<String>,
+    /// The kinds of `watch_related`, in the order of their map functions.
+    pub watch_related: Vec<String>,
+    pub workers: usize,
+    pub max_retries: u32,
+    pub backoff: Duration,
+    pub leader_election: bool,
+    pub leader_election_id: Option<String>,
+    pub leader_election_namespace: Option<String>,
+    pub identity: Option<String>,
+    /// Set when `finalize` is given (default [`DEFAULT_FINALIZER`]).
+    pub finalizer: Option<String>,
+    /// `reconcile(obj)` (1) or `reconcile(event, obj)` (2); None without reconcile.
+    pub reconcile_arity: Option<usize>,
+}
+
+/// The handler functions of one `control()` call, still on the script's heap.
+#[derive(Default)]
+pub struct HandlerValues<'v> {
+    pub reconcile: Option<Value<'v>>,
+    pub on_create: Option<Value<'v>>,
+    pub on_update: Option<Value<'v>>,
+    pub on_delete: Option<Value<'v>>,
+    pub finalize: Option<Value<'v>>,
+    pub predicate: Option<Value<'v>>,
+    pub related: Vec<Value<'v>>,
+}
+
+fn err(msg: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("k8s.control: {msg}")
+}
+
+/// The number of positional parameters a function takes, when it can be told.
+pub fn arity(f: Value) -> Option<usize> {
+    match f.documentation() {
+        DocItem::Member(DocMember::Function(doc)) => {
+            let p = &doc.params;
+            if p.args.is_some() {
+                return None;
+            }
+            Some(p.pos_only.len() + p.pos_or_named.len())
+        }
+        _ => None,
+    }
+}
+
+fn function<'v>(name: &str, v: Value<'v>, arities: &[usize]) -> anyhow::Result<Value<'v>> {
+    if v.get_type() != "function" {
+        return Err(err(format!(
+            "{name} must be a function, not {}",
+            v.get_type()
+        )));
+    }
+    if let Some(n) = arity(v)
+        && !arities.contains(&n)
+    {
+        let want: Vec<String> = arities.iter().map(usize::to_string).collect();
+        return Err(err(format!(
+            "{name} must take {} argument(s), but it takes {n}",
+            want.join(" or ")
+        )));
+    }
+    Ok(v)
+}
+
+fn string(name: &str, v: Value) -> anyhow::Result<String> {
+    v.unpack_str()
+        .map(str::to_owned)
+        .ok_or_else(|| err(format!("{name} must be a string, not {}", v.get_type())))
+}
+
+fn boolean(name: &str, v: Value) -> anyhow::Result<bool> {
+    v.unpack_bool().ok_or_else(|| {
+        err(format!(
+            "{name} must be True or False, not {}",
+            v.get_type()
+        ))
+    })
+}
+
+fn integer(name: &str, v: Value, min: i64, max: i64) -> anyhow::Result<i64> {
+    match v.unpack_i32() {
+        Some(i) if (min..=max).contains(&i64::from(i)) => Ok(i64::from(i)),
+        Some(i) => Err(err(format!(
+            "{name} must be between {min} and {max}, not {i}"
+        ))),
+        None => Err(err(format!(
+            "{name} must be an integer, not {}",
+            v.get_type()
+        ))),
+    }
+}
+
+fn duration(name: &str, v: Value) -> anyhow::Result<Duration> {
+    let s = string(name, v)?;
+    crate::duration::parse(&s).map_err(|e| err(format!("{name}: {e}")))
+}
+
+fn selector(name: &str, v: Value) -> anyhow::Result<String> {
+    if let Some(s) = v.unpack_str() {
+        return Ok(s.to_owned());
+    }
+    match from_starlark(v) {
+        Ok(Json::Object(map)) => Ok(map
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    v.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")),
+        _ => Err(err(format!(
+            "{name} must be a selector string like \"app=web\" or a dict"
+        ))),
+    }
+}
+
+/// `{"kind": k, "map_func": f}` as a dict or AttrDict, with no other keys.
+fn dict_pair(v: Value) -> Option<(Value, Value)> {
+    let dict = AttrDict::dict_of(v).unwrap_or(v);
+    let d = DictRef::from_value(dict)?;
+    if d.len() != 2 {
+        return None;
+    }
+    Some((d.get_str("kind")?, d.get_str("map_func")?))
+}
+
+fn items(v: Value) -> Option<Vec<Value>> {
+    ListRef::from_value(v)
+        .map(|l| l.content().to_vec())
+        .or_else(|| TupleRef::from_value(v).map(|t| t.content().to_vec()))
+}
+
+/// Parses `k8s.control(kind, **options)`.
+///
+/// # Errors
+/// An unknown keyword (the message lists the accepted ones), a wrong type, a missing
+/// kind or handler, or a handler with the wrong number of parameters.
+pub fn parse<'v>(
+    positional: &[Value<'v>],
+    kwargs: &SmallMap<String, Value<'v>>,
+) -> anyhow::Result<(ControlSpec, HandlerValues<'v>)> {
+    if positional.len() > 1 {
+        return Err(err(
+            "takes the kind as its only positional argument; give the rest by keyword",
+        ));
+    }
+    if let Some(unknown) = kwargs.keys().find(|k| !KEYWORDS.contains(&k.as_str())) {
+        return Err(err(format!(
+            "unknown keyword argument {unknown:?} (accepted: {})",
+            KEYWORDS.join(", ")
+        )));
+    }
+    let get = |k: &str| kwargs.get(k).copied().filter(|v| !v.is_none());
+    let kind = match (positional.first(), get("kind")) {
+        (Some(_), Some(_)) => return Err(err("kind is given both by position and by keyword")),
+        (Some(v), None) => string("kind", *v)?,
+        (None, Some(v)) => string("kind", v)?,
+        (None, None) => {
+            return Err(err(
+                "missing the kind to watch, e.g. k8s.control(\"deployments\", ...)",
+            ));
+        }
+    };
+    if kind.trim().is_empty() {
+        return Err(err("kind must not be empty"));
+    }
+    let mut h = HandlerValues::default();
+    let mut reconcile_arity = None;
+    if let Some(v) = get("reconcile") {
+        let f = function("reconcile", v, &[1, 2])?;
+        reconcile_arity = Some(arity(f).unwrap_or(1));
+        h.reconcile = Some(f);
+    }
+    h.on_create = get("on_create")
+        .map(|v| function("on_create", v, &[1]))
+        .transpose()?;
+    h.on_update = get("on_update")
+        .map(|v| function("on_update", v, &[2]))
+        .transpose()?;
+    h.on_delete = get("on_delete")
+        .map(|v| function("on_delete", v, &[1]))
+        .transpose()?;
+    h.finalize = get("finalize")
+        .map(|v| function("finalize", v, &[1]))
+        .transpose()?;
+    h.predicate = get("predicate")
+        .map(|v| function("predicate", v, &[1]))
+        .transpose()?;
+    if h.reconcile.is_none()
+        && h.on_create.is_none()
+        && h.on_update.is_none()
+        && h.on_delete.is_none()
+        && h.finalize.is_none()
+    {
+        return Err(err(
+            "needs at least one handler: reconcile, on_create, on_update, on_delete or finalize",
+        ));
+    }
+    let finalizer = match (get("finalizer"), &h.finalize) {
+        (Some(v), _) => Some(string("finalizer", v)?),
+        (None, Some(_)) => Some(DEFAULT_FINALIZER.to_owned()),
+        (None, None) => None,
+    };
+    if let Some(f) = &finalizer
+        && !f.contains('/')
+    {
+        return Err(err(format!(
+            "finalizer {f:?} must be qualified, like \"example.com/cleanup\""
+        )));
+    }
+    let mut watch_owned = Vec::new();
+    if let Some(v) = get("watch_owned") {
+        for item in items(v).ok_or_else(|| err("watch_owned must be a list of kinds"))? {
+            watch_owned.push(string("watch_owned item", item)?);
+        }
+    }
+    let mut watch_related = Vec::new();
+    if let Some(v) = get("watch_related") {
+        for item in items(v).ok_or_else(|| err("watch_related must be a list"))? {
+            let (kind, map_func) = if let Some(pair) = items(item).filter(|p| p.len() == 2) {
+                (pair[0], pair[1])
+            } else if let Some((k, f)) = dict_pair(item) {
+                (k, f)
+            } else {
+                return Err(err(
+                    "each watch_related item must be {\"kind\": ..., \"map_func\": fn} or (kind, fn)",
+                ));
+            };
+            watch_related.push(string("watch_related kind", kind)?);
+            h.related
+                .push(function("watch_related map_func", map_func, &[1])?);
+        }
+    }
+    let opt_str = |k: &str| get(k).map(|v| string(k, v)).transpose();
+    let spec = ControlSpec {
+        kind,
+        namespace: opt_str("namespace")?.filter(|n| !n.is_empty()),
+        labels: get("labels").map(|v| selector("labels", v)).transpose()?,
+        field_selector: get("field_selector")
+            .map(|v| selector("field_selector", v))
+            .transpose()?,
+        poll: get("poll").map(|v| duration("poll", v)).transpose()?,
+        resync: match get("resync") {
+            Some(v) => Some(duration("resync", v)?).filter(|d| !d.is_zero()),
+            None => Some(Duration::from_secs(600)),
+        },
+        health_port: get("health_port")
+            .map(|v| integer("health_port", v, 1, 65535).map(|p| p as u16))
+            .transpose()?,
+        generation_changed: get("generation_changed")
+            .map(|v| boolean("generation_changed", v))
+            .transpose()?
+            .unwrap_or(true),
+        watch_owned,
+        watch_related,
+        workers: get("workers")
+            .map(|v| integer("workers", v, 1, 64))
+            .transpose()?
+            .unwrap_or(1) as usize,
+        max_retries: get("max_retries")
+            .map(|v| integer("max_retries", v, 0, 1_000_000))
+            .transpose()?
+            .unwrap_or(5) as u32,
+        backoff: get("backoff")
+            .map(|v| duration("backoff", v))
+            .transpose()?
+            .unwrap_or(Duration::from_secs(5)),
+        leader_election: get("leader_election")
+            .map(|v| boolean("leader_election", v))
+            .transpose()?
+            .unwrap_or(false),
+        leader_election_id: opt_str("leader_election_id")?,
+        leader_election_namespace: opt_str("leader_election_namespace")?,
+        identity: opt_str("identity")?,
+        finalizer,
+        reconcile_arity,
+    };
+    if spec.poll.is_some_and(|p| p < Duration::from_millis(100)) {
+        return Err(err("poll must be at least 100ms"));
+    }
+    if spec.backoff.is_zero() {
+        return Err(err("backoff must be greater than zero"));
+    }
+    Ok((spec, h))
+}
