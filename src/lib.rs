@@ -8,6 +8,7 @@
 //! Integration tests live in `tests/` and run against the local control plane that
 //! `tests/cluster` builds from Go modules.
 
+pub mod children;
 pub mod cli;
 pub mod control;
 pub mod duration;

@@ -2,9 +2,9 @@
 //! script's handlers, poll and resync timers, leader election, and a probe for health.
 //! Start it with [`Controller::start`]; stop it with [`Controller::shutdown`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::Value as Json;
@@ -16,6 +16,7 @@ use super::leader::{self, LeaderConfig};
 use super::metrics::Metrics;
 use super::queue::{QueueConfig, WorkQueue};
 use super::spec::ControlSpec;
+use super::watches::{Role, Watches};
 use crate::k8s::ops::Target;
 use crate::k8s::session::Session;
 use crate::script::host::Host;
@@ -46,6 +47,14 @@ pub struct Config {
     pub handler_budget: Duration,
     /// Leader election settings, when `leader_election=True`.
     pub leader: Option<LeaderConfig>,
+}
+
+/// An item of work: a primary object to reconcile, or an object of a `watch_related`
+/// kind whose map function must run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WorkKey {
+    Primary(Key),
+    Related(usize, Key),
 }
 
 /// A watch event waiting to be delivered to the event-form handlers, in order.
@@ -83,8 +92,14 @@ pub(super) struct Shared {
     pub session: Arc<Session>,
     pub target: Target,
     pub store: Arc<Store>,
-    pub queue: WorkQueue<Key>,
+    pub queue: WorkQueue<WorkKey>,
     pub pending: Mutex<HashMap<Key, Pending>>,
+    /// The latest state of related objects waiting for their map function.
+    pub related: Mutex<HashMap<(usize, Key), Arc<Json>>>,
+    /// Children, watch_owned and watch_related informers.
+    pub watches: Watches,
+    /// Primaries whose reconcile returned children: they get a Ready condition.
+    pub with_children: Mutex<HashSet<Key>>,
     pub metrics: Metrics,
     pub leading: watch::Receiver<bool>,
     pub leader_election: bool,
@@ -157,7 +172,7 @@ impl Shared {
                 p.updates.push(u);
             }
         }
-        self.queue.add(key);
+        self.queue.add(WorkKey::Primary(key));
     }
 
     /// A change the level-triggered reconcile need not see: with
@@ -168,6 +183,70 @@ impl Shared {
         let deleting = new["metadata"]["deletionTimestamp"].is_string()
             && !old["metadata"]["deletionTimestamp"].is_string();
         self.spec.generation_changed && same_generation && !deleting
+    }
+
+    /// An event of a secondary informer.
+    fn on_secondary(&self, role: Role, change: Change) {
+        let obj = change.object().clone();
+        let Some(key) = Key::of(&obj) else { return };
+        match role {
+            Role::Related(i) => {
+                self.related
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((i, key.clone()), obj);
+                self.queue.add(WorkKey::Related(i, key));
+            }
+            Role::Children | Role::Owned => {
+                // Our own apply coming back is not news; anyone else's change is.
+                if !matches!(change, Change::Deleted(_)) && self.host.writes.is_echo(&obj) {
+                    return;
+                }
+                let ar = &self.target.resource.api_resource;
+                let group_of = |api_version: &str| {
+                    api_version
+                        .split_once('/')
+                        .map(|(g, _)| g.to_owned())
+                        .unwrap_or_default()
+                };
+                for owner in obj["metadata"]["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    if owner["kind"] != ar.kind.as_str()
+                        || group_of(owner["apiVersion"].as_str().unwrap_or_default()) != ar.group
+                    {
+                        continue;
+                    }
+                    let Some(name) = owner["name"].as_str() else {
+                        continue;
+                    };
+                    let namespace = if self.target.resource.namespaced {
+                        key.namespace.clone()
+                    } else {
+                        String::new()
+                    };
+                    let parent = Key {
+                        namespace,
+                        name: name.to_owned(),
+                    };
+                    let trigger = if role == Role::Owned {
+                        "owned"
+                    } else {
+                        "child"
+                    };
+                    self.pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(parent.clone())
+                        .or_default()
+                        .reconcile
+                        .get_or_insert(trigger);
+                    self.queue.add(WorkKey::Primary(parent));
+                }
+            }
+        }
     }
 
     /// Poll and resync: requeue every cached object.
@@ -190,7 +269,7 @@ impl Shared {
                     .reconcile
                     .get_or_insert(trigger);
             }
-            self.queue.add(key);
+            self.queue.add(WorkKey::Primary(key));
         }
     }
 }
@@ -235,7 +314,27 @@ impl Controller {
             base_backoff: spec.backoff,
             ..QueueConfig::default()
         });
-        let shared = Arc::new(Shared {
+        let runtime = tokio::runtime::Handle::current();
+        let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
+            watches: {
+                let (on_change, on_restart) = (me.clone(), me.clone());
+                Watches::new(
+                    runtime.clone(),
+                    shutdown_rx.clone(),
+                    move |role, c| {
+                        if let Some(s) = on_change.upgrade() {
+                            s.on_secondary(role, c)
+                        }
+                    },
+                    move || {
+                        if let Some(s) = on_restart.upgrade() {
+                            s.metrics.record_watch_restart()
+                        }
+                    },
+                )
+            },
+            related: Mutex::default(),
+            with_children: Mutex::default(),
             name,
             leader_election: leader.is_some(),
             store: Arc::new(Store::default()),
@@ -316,7 +415,36 @@ impl Controller {
         } else {
             drop(leading_tx);
         }
-        let runtime = tokio::runtime::Handle::current();
+        for kind in &shared.spec.watch_owned {
+            let resource = Target::resolve(&shared.session, kind, None)
+                .await
+                .map_err(|source| Error::ResolveKind {
+                    kind: kind.clone(),
+                    source,
+                })?
+                .resource;
+            shared.watches.ensure(
+                &shared.session,
+                &resource,
+                Role::Owned,
+                shared.spec.namespace.as_deref(),
+            );
+        }
+        for (i, kind) in shared.spec.watch_related.iter().enumerate() {
+            let resource = Target::resolve(&shared.session, kind, None)
+                .await
+                .map_err(|source| Error::ResolveKind {
+                    kind: kind.clone(),
+                    source,
+                })?
+                .resource;
+            shared.watches.ensure(
+                &shared.session,
+                &resource,
+                Role::Related(i),
+                shared.spec.namespace.as_deref(),
+            );
+        }
         let workers = (0..shared.spec.workers)
             .map(|i| {
                 let s = shared.clone();
@@ -374,7 +502,7 @@ impl Controller {
             shared.stop.store(true, Ordering::Relaxed);
         }
         let _ = shutdown_tx.send(true);
-        for t in tasks {
+        for t in tasks.into_iter().chain(shared.watches.take_tasks()) {
             // The leader task releases the lease on shutdown; give it a moment.
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
@@ -419,7 +547,7 @@ impl crate::http::Probe for ControllerProbe {
     }
 
     fn readyz(&self) -> Result<(), String> {
-        if !self.0.store.is_synced() {
+        if !self.0.store.is_synced() || !self.0.watches.synced() {
             return Err("caches not synced".into());
         }
         if !self.0.is_leading() {

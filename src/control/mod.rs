@@ -4,6 +4,7 @@
 
 pub mod controller;
 pub mod echo;
+pub mod finalizer;
 pub mod handlers;
 pub mod informer;
 pub mod leader;
@@ -11,4 +12,5 @@ pub mod metrics;
 pub mod queue;
 pub mod spec;
 pub mod standalone;
+pub mod watches;
 mod worker;

@@ -1,15 +1,18 @@
 //! One worker thread: takes a key from the queue, delivers its pending events in order,
-//! runs the level-triggered reconcile, and requeues according to the outcome.
+//! runs the level-triggered reconcile (with finalizers and children), and requeues
+//! according to the outcome.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use super::controller::{EventItem, Pending, Shared};
+use super::controller::{EventItem, Pending, Shared, WorkKey};
+use super::finalizer;
 use super::handlers::{self, Arg, Error, Outcome};
 use super::informer::Key;
 use super::metrics::Outcome as Recorded;
+use crate::children::{self, condition::Ready};
 
 /// Runs until the queue shuts down. Blocking here is fine: this is a plain thread.
 pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
@@ -27,21 +30,75 @@ pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
                 continue;
             }
         }
-        let Some(key) = shared.queue.get() else {
+        let Some(item) = shared.queue.get() else {
             return;
         };
         if !shared.leading_now() {
             // Leadership was lost while waiting: hand the key back for the next leader.
-            shared.queue.done(&key);
-            shared.queue.add(key);
+            shared.queue.done(&item);
+            shared.queue.add(item);
             continue;
         }
-        process(shared, runtime, &key);
-        shared.queue.done(&key);
+        match &item {
+            WorkKey::Primary(key) => process(shared, runtime, &item, key),
+            WorkKey::Related(i, key) => map_related(shared, *i, key),
+        }
+        shared.queue.done(&item);
     }
 }
 
-fn process(shared: &Shared, runtime: &tokio::runtime::Handle, key: &Key) {
+/// Runs a `watch_related` map function and requeues the primaries it names. Its errors
+/// are logged and stop nothing.
+fn map_related(shared: &Shared, index: usize, key: &Key) {
+    let obj = shared
+        .related
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(index, key.clone()));
+    let (Some(obj), Some(f)) = (obj, shared.handlers.related.get(index)) else {
+        return;
+    };
+    let kind = shared
+        .spec
+        .watch_related
+        .get(index)
+        .cloned()
+        .unwrap_or_default();
+    match handlers::call(
+        &shared.host,
+        f,
+        &[Arg::Obj(&obj)],
+        shared.budget,
+        &shared.stop,
+        handlers::decode_refs,
+    ) {
+        Ok(refs) => {
+            for (ns, name) in refs {
+                let namespace = if shared.target.resource.namespaced {
+                    ns.unwrap_or_else(|| key.namespace.clone())
+                } else {
+                    String::new()
+                };
+                let primary = Key { namespace, name };
+                tracing::debug!(controller = %shared.name, related = %key, primary = %primary, "related change");
+                shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(primary.clone())
+                    .or_default()
+                    .reconcile
+                    .get_or_insert("related");
+                shared.queue.add(WorkKey::Primary(primary));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(controller = %shared.name, kind, key = %key, "watch_related map_func failed:\n{e}")
+        }
+    }
+}
+
+fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, key: &Key) {
     let pending = {
         let mut map = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
         // No entry means a delayed requeue or a retry came due.
@@ -82,15 +139,15 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, key: &Key) {
         && level.is_some()
         && let Some(obj) = shared.store.get(key)
     {
-        result = reconcile(shared, &obj, trigger).map(Some);
+        result = reconcile(shared, runtime, key, &obj).map(Some);
     }
     let elapsed = start.elapsed();
     match result {
         Ok(outcome) => {
-            shared.queue.forget(key);
+            shared.queue.forget(item);
             let requeue = match outcome {
                 Some(Outcome::RequeueAfter(d)) => {
-                    shared.queue.add_after(key.clone(), d);
+                    shared.queue.add_after(item.clone(), d);
                     Some(d)
                 }
                 _ => None,
@@ -110,22 +167,36 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, key: &Key) {
                 "reconciled"
             );
         }
-        Err(e) => failed(shared, runtime, key, trigger, elapsed, &e),
+        Err(e) => {
+            if let Some(obj) = shared.store.get(key)
+                && owns_ready(shared, key, &obj)
+            {
+                set_ready(
+                    shared,
+                    runtime,
+                    &obj,
+                    &Ready::error(first_line(&e.to_string())),
+                );
+            }
+            failed(shared, runtime, item, key, trigger, elapsed, &e)
+        }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn failed(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,
+    item: &WorkKey,
     key: &Key,
     trigger: &str,
     elapsed: Duration,
     e: &Error,
 ) {
     shared.metrics.record_reconcile(Recorded::Error, elapsed);
-    let failures = shared.queue.failures(key) + 1;
+    let failures = shared.queue.failures(item) + 1;
     if failures > shared.spec.max_retries {
-        shared.queue.forget(key);
+        shared.queue.forget(item);
         tracing::error!(
             controller = %shared.name, key = %key, trigger, duration_ms = elapsed.as_millis() as u64,
             outcome = "dropped", failures, error = %first_line(&e.to_string()),
@@ -141,7 +212,7 @@ fn failed(
         }
         return;
     }
-    let delay = shared.queue.add_rate_limited(key.clone());
+    let delay = shared.queue.add_rate_limited(item.clone());
     shared.metrics.record_retry();
     tracing::warn!(
         controller = %shared.name, key = %key, trigger, duration_ms = elapsed.as_millis() as u64,
@@ -168,27 +239,35 @@ fn first_line(s: &str) -> String {
         .collect()
 }
 
-/// Records a Warning event on `obj`; failures to record are only logged.
-pub(super) fn warn_event(
+/// Records an event on `obj`; failures to record are only logged.
+pub(super) fn record_event(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,
     obj: &Json,
+    type_: &str,
     reason: &str,
     message: &str,
 ) {
     let spec = crate::k8s::event::EventSpec {
         reason,
         message,
-        type_: "Warning",
+        type_,
         namespace: None,
     };
     let fut = crate::k8s::event::record(&shared.session, obj, &spec);
-    match runtime.block_on(crate::k8s::ops::with_timeout(Duration::from_secs(10), fut)) {
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(controller = %shared.name, reason, "could not record the event: {e}")
-        }
+    if let Err(e) = runtime.block_on(crate::k8s::ops::with_timeout(Duration::from_secs(10), fut)) {
+        tracing::warn!(controller = %shared.name, reason, "could not record the event: {e}");
     }
+}
+
+fn warn_event(
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+    obj: &Json,
+    reason: &str,
+    message: &str,
+) {
+    record_event(shared, runtime, obj, "Warning", reason, message);
 }
 
 fn call(
@@ -229,14 +308,43 @@ fn deliver(shared: &Shared, event: EventItem) -> Result<(), Error> {
     Ok(())
 }
 
-/// The level-triggered reconcile of an existing object.
-fn reconcile(shared: &Shared, obj: &Arc<Json>, trigger: &str) -> Result<Outcome, Error> {
+fn api_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Raised(format!("error: {what}: {e}"))
+}
+
+/// The level-triggered reconcile of an existing object: finalizer first, then the
+/// handler, then its children.
+fn reconcile(
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+    key: &Key,
+    obj: &Arc<Json>,
+) -> Result<Outcome, Error> {
     let h = &shared.handlers;
+    let mut obj = obj.clone();
+    if let Some(name) = &shared.spec.finalizer {
+        if finalizer::deleting(&obj) {
+            return finalize(shared, runtime, &obj, name);
+        }
+        if !finalizer::has(&obj, name) {
+            let patch = finalizer::add_patch(&obj, name);
+            let added = runtime
+                .block_on(finalizer::patch(
+                    &shared.session,
+                    &shared.target,
+                    &obj,
+                    patch,
+                ))
+                .map_err(|e| api_error("adding the finalizer", e))?;
+            shared.host.writes.record(&added);
+            obj = Arc::new(added);
+        }
+    }
     if let Some(p) = &h.predicate {
         let keep = handlers::call(
             &shared.host,
             p,
-            &[Arg::Obj(obj)],
+            &[Arg::Obj(&obj)],
             shared.budget,
             &shared.stop,
             handlers::decode_bool,
@@ -250,16 +358,140 @@ fn reconcile(shared: &Shared, obj: &Arc<Json>, trigger: &str) -> Result<Outcome,
     };
     let outcome = if shared.spec.reconcile_arity == Some(2) {
         // Poll, resync and requeue reach the two-argument form as MODIFIED, as client-go's resync does.
-        let _ = trigger;
-        call(shared, f, &[Arg::Str("MODIFIED"), Arg::Obj(obj)])?
+        call(shared, f, &[Arg::Str("MODIFIED"), Arg::Obj(&obj)])?
     } else {
-        call(shared, f, &[Arg::Obj(obj)])?
+        call(shared, f, &[Arg::Obj(&obj)])?
     };
-    match outcome {
-        Outcome::Children(_) => Err(Error::BadReturn(
-            "returning child objects needs the operator-pattern support, which this build lacks"
-                .into(),
-        )),
-        other => Ok(other),
+    let Outcome::Children(desired) = outcome else {
+        return Ok(outcome);
+    };
+    shared
+        .with_children
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone());
+    let ctx = children::Context {
+        session: &shared.session,
+        writes: &shared.host.writes,
+        watches: &shared.watches,
+        primary: &shared.target.resource,
+        namespace: shared.spec.namespace.as_deref(),
+    };
+    let report = runtime
+        .block_on(crate::k8s::ops::with_timeout(
+            Duration::from_secs(120),
+            async {
+                children::reconcile(&ctx, &obj, desired)
+                    .await
+                    .map_err(|e| crate::k8s::ops::Error::Invalid(e.to_string()))
+            },
+        ))
+        .map_err(|e| api_error("applying children", e))?;
+    if !report.changed.is_empty() || !report.pruned.is_empty() {
+        let mut parts = Vec::new();
+        if !report.changed.is_empty() {
+            parts.push(format!("applied {}", report.changed.join(", ")));
+        }
+        if !report.pruned.is_empty() {
+            parts.push(format!("pruned {}", report.pruned.join(", ")));
+        }
+        record_event(
+            shared,
+            runtime,
+            &obj,
+            "Normal",
+            "Reconciled",
+            &parts.join("; "),
+        );
+    }
+    let ready = if report.waiting.is_empty() {
+        Ready::reconciled()
+    } else {
+        Ready::progressing(&report.waiting)
+    };
+    // The freshest parent: the applyset labels may have just been written.
+    let current = shared.store.get(key).unwrap_or(obj);
+    set_ready(shared, runtime, &current, &ready);
+    Ok(Outcome::Done)
+}
+
+/// The object is deleting: run finalize, then remove our finalizer.
+fn finalize(
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+    obj: &Json,
+    name: &str,
+) -> Result<Outcome, Error> {
+    if !finalizer::has(obj, name) {
+        // Already finalized, or never ours: nothing to do, and reconcile is not called.
+        return Ok(Outcome::Done);
+    }
+    let outcome = match &shared.handlers.finalize {
+        Some(f) => match call(shared, f, &[Arg::Obj(obj)]) {
+            Ok(o) => o,
+            Err(e) => {
+                warn_event(
+                    shared,
+                    runtime,
+                    obj,
+                    "FinalizeFailed",
+                    &first_line(&e.to_string()),
+                );
+                return Err(e);
+            }
+        },
+        None => Outcome::Done,
+    };
+    if let Outcome::RequeueAfter(d) = outcome {
+        return Ok(Outcome::RequeueAfter(d));
+    }
+    if let Some(patch) = finalizer::remove_patch(obj, name) {
+        let removed = runtime
+            .block_on(finalizer::patch(
+                &shared.session,
+                &shared.target,
+                obj,
+                patch,
+            ))
+            .map_err(|e| api_error("removing the finalizer", e))?;
+        shared.host.writes.record(&removed);
+    }
+    Ok(Outcome::Done)
+}
+
+/// Whether kite manages this parent's Ready condition: it returned children in this
+/// run, or an earlier run left a Ready condition with one of kite's reasons.
+fn owns_ready(shared: &Shared, key: &Key, obj: &Json) -> bool {
+    let ours = |c: &Json| {
+        c["type"] == "Ready"
+            && matches!(
+                c["reason"].as_str(),
+                Some("Reconciled" | "Progressing" | "ReconcileError")
+            )
+    };
+    shared
+        .with_children
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(key)
+        || obj["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(ours))
+}
+
+fn set_ready(shared: &Shared, runtime: &tokio::runtime::Handle, parent: &Json, ready: &Ready) {
+    let ctx = children::Context {
+        session: &shared.session,
+        writes: &shared.host.writes,
+        watches: &shared.watches,
+        primary: &shared.target.resource,
+        namespace: shared.spec.namespace.as_deref(),
+    };
+    let fut = crate::k8s::ops::with_timeout(
+        Duration::from_secs(30),
+        children::set_ready(&ctx, parent, ready),
+    );
+    if let Err(e) = runtime.block_on(fut) {
+        tracing::warn!(controller = %shared.name, "could not update the Ready condition: {e}");
     }
 }

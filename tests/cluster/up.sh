@@ -59,7 +59,7 @@ spawn kube-controller-manager "$kube_dir/kube-controller-manager" \
   --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file="$state/pki/sa.key" --root-ca-file="$state/pki/ca.crt" \
   --cluster-signing-cert-file="$state/pki/ca.crt" --cluster-signing-key-file="$state/pki/ca.key" \
-  --controllers='*' --concurrent-gc-syncs=5 --node-monitor-grace-period=40s
+  --controllers='*' --concurrent-gc-syncs=5 --node-monitor-grace-period=5m
 
 spawn kube-scheduler "$kube_dir/kube-scheduler" \
   --kubeconfig="$state/scheduler.kubeconfig" \

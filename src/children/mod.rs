@@ -1,0 +1,340 @@
+//! Children returned by `reconcile(obj)`: ownership, server-side apply, pruning by the
+//! ApplySet convention, readiness, and the parent's `Ready` condition.
+
+pub mod applyset;
+pub mod condition;
+pub mod readiness;
+
+use std::collections::{BTreeSet, HashSet};
+
+use serde_json::{Value as Json, json};
+
+use crate::control::echo::WriteLog;
+use crate::control::watches::{Role, Watches};
+use crate::k8s::discovery::Resource;
+use crate::k8s::ops::{self, Target};
+use crate::k8s::session::Session;
+
+/// The field manager of every child apply.
+pub const FIELD_MANAGER: &str = "starkite";
+
+/// Why the children could not be reconciled.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("child {index} ({what}) cannot be owned by {parent}: {why}")]
+    Ownership {
+        index: usize,
+        what: String,
+        parent: String,
+        why: String,
+    },
+    #[error("child {index} ({what}): {source}")]
+    Apply {
+        index: usize,
+        what: String,
+        source: ops::Error,
+    },
+    #[error("pruning {what}: {source}")]
+    Prune { what: String, source: ops::Error },
+    #[error("updating the parent: {0}")]
+    Parent(ops::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What one pass over the children did.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Children created or changed.
+    pub changed: Vec<String>,
+    /// Children deleted because they are no longer desired.
+    pub pruned: Vec<String>,
+    /// Children not ready yet, with why.
+    pub waiting: Vec<String>,
+}
+
+/// What the children code needs from its controller.
+pub struct Context<'a> {
+    pub session: &'a Session,
+    pub writes: &'a WriteLog,
+    pub watches: &'a Watches,
+    /// The primary kind.
+    pub primary: &'a Resource,
+    /// The namespace the controller watches (None: all); children live there too.
+    pub namespace: Option<&'a str>,
+}
+
+fn display(obj: &Json) -> String {
+    let kind = obj["kind"].as_str().unwrap_or("?").to_lowercase();
+    match (
+        obj["metadata"]["namespace"].as_str(),
+        obj["metadata"]["name"].as_str(),
+    ) {
+        (Some(ns), Some(n)) => format!("{kind} {ns}/{n}"),
+        (None, Some(n)) => format!("{kind} {n}"),
+        _ => kind,
+    }
+}
+
+/// Applies `desired` as the children of `parent`, prunes what is no longer desired,
+/// and reports readiness. Nothing is applied unless every child can be owned.
+///
+/// # Errors
+/// An unownable child, or the API server refusing an apply, prune or parent update.
+pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> Result<Report> {
+    let meta = &parent["metadata"];
+    let parent_name = meta["name"].as_str().unwrap_or_default();
+    let parent_ns = meta["namespace"]
+        .as_str()
+        .filter(|_| ctx.primary.namespaced);
+    let ar = &ctx.primary.api_resource;
+    let set_id = applyset::id(
+        parent_name,
+        parent_ns.unwrap_or_default(),
+        &ar.kind,
+        &ar.group,
+    );
+    let parent_label = match parent_ns {
+        Some(ns) => format!("{} {ns}/{parent_name}", ar.kind),
+        None => format!("{} {parent_name}", ar.kind),
+    };
+    let owner = json!({
+        "apiVersion": ar.api_version, "kind": ar.kind, "name": parent_name,
+        "uid": meta["uid"], "controller": true, "blockOwnerDeletion": true,
+    });
+
+    // 1. Check and complete every child before anything is written.
+    let mut children = Vec::with_capacity(desired.len());
+    for (index, mut child) in desired.into_iter().enumerate() {
+        let what = display(&child);
+        let fail = |why: String| Error::Ownership {
+            index,
+            what: what.clone(),
+            parent: parent_label.clone(),
+            why,
+        };
+        let (Some(api_version), Some(kind)) =
+            (child["apiVersion"].as_str(), child["kind"].as_str())
+        else {
+            return Err(fail("it has no apiVersion or kind".into()));
+        };
+        let resource = ctx
+            .session
+            .discovery
+            .resolve_gvk(api_version, kind)
+            .await
+            .map_err(|e| Error::Apply {
+                index,
+                what: what.clone(),
+                source: e.into(),
+            })?;
+        if child["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            return Err(fail("it has no metadata.name".into()));
+        }
+        let child_ns = child["metadata"]["namespace"].as_str().map(str::to_owned);
+        match (parent_ns, resource.namespaced, child_ns) {
+            (Some(_), false, _) => {
+                return Err(fail(
+                    "a namespaced parent cannot own a cluster-scoped object".into(),
+                ));
+            }
+            (Some(pns), true, Some(cns)) if cns != pns => {
+                return Err(fail(format!(
+                    "it is in namespace {cns:?}, and a parent can only own objects in its own namespace {pns:?}"
+                )));
+            }
+            (Some(pns), true, None) => child["metadata"]["namespace"] = json!(pns),
+            (None, true, None) => {
+                return Err(fail(
+                    "a cluster-scoped parent's namespaced child needs metadata.namespace".into(),
+                ));
+            }
+            _ => {}
+        }
+        let m = child["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| fail("metadata is not a mapping".into()))?;
+        let labels = m.entry("labels").or_insert_with(|| json!({}));
+        labels[applyset::PART_OF_LABEL] = json!(set_id);
+        let refs = m.entry("ownerReferences").or_insert_with(|| json!([]));
+        if let Some(list) = refs.as_array_mut() {
+            list.retain(|r| r["uid"] != owner["uid"]);
+            list.push(owner.clone());
+        }
+        children.push((resource, child));
+    }
+
+    // 2. Record the ApplySet on the parent (its id and every kind it may hold) before
+    // applying, so a crash between the two can never leave children that pruning
+    // would not look for.
+    let previous: BTreeSet<String> = applyset::kinds_of(parent).into_iter().collect();
+    let mut kinds = previous.clone();
+    for (_, c) in &children {
+        kinds.insert(applyset::group_kind(
+            c["apiVersion"].as_str().unwrap_or_default(),
+            c["kind"].as_str().unwrap_or_default(),
+        ));
+    }
+    let has_id = meta["labels"][applyset::ID_LABEL] == set_id.as_str();
+    if !has_id
+        || kinds != previous
+        || meta["annotations"][applyset::TOOLING_ANNOTATION] != applyset::TOOLING
+    {
+        let body = json!({"metadata": {
+            "labels": {applyset::ID_LABEL: set_id},
+            "annotations": {applyset::TOOLING_ANNOTATION: applyset::TOOLING, applyset::KINDS_ANNOTATION: applyset::kinds_value(&kinds)},
+        }});
+        let target = Target {
+            resource: ctx.primary.clone(),
+            namespace: parent_ns.map(str::to_owned),
+        };
+        let updated = ops::patch(
+            ctx.session,
+            &target,
+            parent_name,
+            &kube::api::Patch::Merge(body),
+            false,
+        )
+        .await
+        .map_err(Error::Parent)?;
+        ctx.writes.record(&updated);
+    }
+
+    // 3. Apply.
+    let mut report = Report::default();
+    let mut wanted = HashSet::new();
+    for (index, (resource, child)) in children.iter().enumerate() {
+        let what = display(child);
+        let watched = ctx
+            .watches
+            .ensure(ctx.session, resource, Role::Children, None);
+        let ns = child["metadata"]["namespace"].as_str();
+        let name = child["metadata"]["name"].as_str().unwrap_or_default();
+        wanted.insert((
+            resource.api_resource.group.clone(),
+            resource.api_resource.kind.clone(),
+            ns.unwrap_or_default().to_owned(),
+            name.to_owned(),
+        ));
+        let applied = ops::apply(ctx.session, child, ns, FIELD_MANAGER, true, false)
+            .await
+            .map_err(|source| Error::Apply {
+                index,
+                what: what.clone(),
+                source,
+            })?;
+        ctx.writes.record(&applied);
+        let key = super::control::informer::Key::of(&applied);
+        let cached = key.as_ref().and_then(|k| watched.store.get(k));
+        let rv = |o: &Json| o["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+        if cached.as_deref().map(rv) != Some(rv(&applied)) {
+            report.changed.push(what.clone());
+        }
+        // The cache has the freshest status (the apply response may predate a rollout).
+        let current = cached
+            .filter(|c| rv(c) == rv(&applied))
+            .map(|c| (*c).clone())
+            .unwrap_or(applied);
+        if let Some(why) = readiness::not_ready(&current) {
+            report.waiting.push(format!("{what} ({why})"));
+        }
+    }
+
+    // 4. Prune what this parent owns but no longer wants.
+    for group_kind in &kinds {
+        let Ok(resource) = ctx.session.discovery.resolve(group_kind).await else {
+            continue;
+        };
+        let watched = ctx
+            .watches
+            .ensure(ctx.session, &resource, Role::Children, None);
+        let candidates: Vec<Json> = if watched.store.is_synced() {
+            watched
+                .store
+                .objects()
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
+        } else {
+            let selector = format!("{}={set_id}", applyset::PART_OF_LABEL);
+            ops::list(
+                ctx.session,
+                group_kind,
+                Some(parent_ns.unwrap_or("*")),
+                Some(&selector),
+                None,
+            )
+            .await
+            .map_err(|source| Error::Prune {
+                what: group_kind.clone(),
+                source,
+            })?
+        };
+        for obj in candidates {
+            let m = &obj["metadata"];
+            let id = (
+                resource.api_resource.group.clone(),
+                resource.api_resource.kind.clone(),
+                m["namespace"].as_str().unwrap_or_default().to_owned(),
+                m["name"].as_str().unwrap_or_default().to_owned(),
+            );
+            let ours = m["labels"][applyset::PART_OF_LABEL] == set_id.as_str()
+                && m["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|r| r["uid"] == meta["uid"]));
+            if !ours || wanted.contains(&id) || m["deletionTimestamp"].is_string() {
+                continue;
+            }
+            let target = Target {
+                resource: resource.clone(),
+                namespace: m["namespace"].as_str().map(str::to_owned),
+            };
+            let name = m["name"].as_str().unwrap_or_default();
+            let what = display(&target.complete(obj.clone()));
+            match target
+                .api(ctx.session)
+                .delete(name, &Default::default())
+                .await
+            {
+                Ok(_) => report.pruned.push(what),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(Error::Prune {
+                        what,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Writes the parent's Ready condition if it changed (through the status subresource
+/// when the kind has one).
+///
+/// # Errors
+/// The API server refusing the write.
+pub async fn set_ready(
+    ctx: &Context<'_>,
+    parent: &Json,
+    ready: &condition::Ready,
+) -> ops::Result<()> {
+    let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
+    let Some(conditions) = condition::updated_conditions(parent, ready, &now) else {
+        return Ok(());
+    };
+    let ns = parent["metadata"]["namespace"]
+        .as_str()
+        .filter(|_| ctx.primary.namespaced);
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    let target = Target {
+        resource: ctx.primary.clone(),
+        namespace: ns.map(str::to_owned),
+    };
+    let body = kube::api::Patch::Merge(json!({"status": {"conditions": conditions}}));
+    let subresource = ctx.primary.subresources.iter().any(|s| s == "status");
+    let updated = ops::patch(ctx.session, &target, name, &body, subresource).await?;
+    ctx.writes.record(&updated);
+    Ok(())
+}
