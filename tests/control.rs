@@ -9,16 +9,6 @@ use support::*;
 
 const T: Duration = Duration::from_secs(30);
 
-fn sigterm(pid: u32) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-}
-
-fn count(lines: &[String], needle: &str) -> usize {
-    lines.iter().filter(|l| l.contains(needle)).count()
-}
-
 async fn create_cm(ns: &str, name: &str, labels: &str, data: &str) {
     let manifest = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{{labels}}}}}\ndata: {{{data}}}\n"
@@ -527,12 +517,4 @@ async fn leader_election_one_leads_and_a_standby_takes_over() {
     .await;
     println!("standby took over {:?} after SIGTERM", stopped.elapsed());
     standby.wait_stdout("RECONCILED-BY", T).await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }

@@ -9,30 +9,6 @@ use support::*;
 
 const T: Duration = Duration::from_secs(60);
 
-async fn jsonpath(kind: &str, name: &str, ns: &str, path: &str) -> String {
-    let out = kubectl(&[
-        "get",
-        kind,
-        name,
-        "-n",
-        ns,
-        "-o",
-        &format!("jsonpath={path}"),
-    ])
-    .await;
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-async fn install_crd() {
-    kubectl_ok(&["apply", "-f", "examples/staticsite/crd.yaml"]).await;
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/staticsites.tutorial.starkite.io",
-    ])
-    .await;
-}
-
 async fn create_site(ns: &str, name: &str, replicas: u32) {
     let site = format!(
         "apiVersion: tutorial.starkite.io/v1\nkind: StaticSite\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{replicas: {replicas}}}\n"
@@ -45,19 +21,9 @@ async fn create_site(ns: &str, name: &str, replicas: u32) {
     );
 }
 
-fn count(lines: &[String], needle: &str) -> usize {
-    lines.iter().filter(|l| l.contains(needle)).count()
-}
-
-fn sigterm(pid: u32) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_a_child_prunes_it_and_spares_everything_else() {
-    install_crd().await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("prune").await;
     let var = format!("namespace={}", ns.name);
     let mut kite = Kite::spawn(&[
@@ -133,7 +99,7 @@ async fn dropping_a_child_prunes_it_and_spares_everything_else() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_outside_the_parents_namespace_is_an_error_and_nothing_is_applied() {
-    install_crd().await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("unowned").await;
     let dir = std::env::temp_dir().join(unique_name("kite-unowned"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -186,7 +152,7 @@ k8s.control("staticsites", reconcile = reconcile, namespace = "{ns}", max_retrie
 
 #[tokio::test(flavor = "multi_thread")]
 async fn finalize_that_fails_twice_then_succeeds_completes_the_deletion() {
-    install_crd().await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("finretry").await;
     let var = format!("namespace={}", ns.name);
     let kite = Kite::spawn(&[
@@ -243,7 +209,7 @@ async fn finalize_that_fails_twice_then_succeeds_completes_the_deletion() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_related_requeues_the_sites_map_func_names() {
-    install_crd().await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("related").await;
     let var = format!("namespace={}", ns.name);
     let mut kite = Kite::spawn(&[
@@ -299,7 +265,7 @@ async fn watch_related_requeues_the_sites_map_func_names() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_owned_requeues_the_owner_without_returned_children() {
-    install_crd().await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("owned").await;
     let var = format!("namespace={}", ns.name);
     let mut kite = Kite::spawn(&[
@@ -331,7 +297,7 @@ async fn watch_owned_requeues_the_owner_without_returned_children() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn steady_state_writes_nothing() {
-    install_crd().await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("steady").await;
     let var = format!("namespace={}", ns.name);
     let mut kite = Kite::spawn(&[

@@ -10,29 +10,9 @@ use support::*;
 
 const T: Duration = Duration::from_secs(60);
 
-async fn jsonpath(kind: &str, name: &str, ns: &str, path: &str) -> String {
-    let out = kubectl(&[
-        "get",
-        kind,
-        name,
-        "-n",
-        ns,
-        "-o",
-        &format!("jsonpath={path}"),
-    ])
-    .await;
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn staticsite_operator_walkthrough() {
-    kubectl_ok(&["apply", "-f", "examples/staticsite/crd.yaml"]).await;
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/staticsites.tutorial.starkite.io",
-    ])
-    .await;
+    install_staticsite_crd().await;
     let ns = TestNamespace::new("site").await;
     let kite = Kite::spawn(&[
         "run",

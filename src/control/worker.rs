@@ -370,13 +370,7 @@ fn reconcile(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(key.clone());
-    let ctx = children::Context {
-        session: &shared.session,
-        writes: &shared.host.writes,
-        watches: &shared.watches,
-        primary: &shared.target.resource,
-        namespace: shared.spec.namespace.as_deref(),
-    };
+    let ctx = children_context(shared);
     let report = runtime
         .block_on(crate::k8s::ops::with_timeout(
             Duration::from_secs(120),
@@ -480,18 +474,22 @@ fn owns_ready(shared: &Shared, key: &Key, obj: &Json) -> bool {
 }
 
 fn set_ready(shared: &Shared, runtime: &tokio::runtime::Handle, parent: &Json, ready: &Ready) {
-    let ctx = children::Context {
-        session: &shared.session,
-        writes: &shared.host.writes,
-        watches: &shared.watches,
-        primary: &shared.target.resource,
-        namespace: shared.spec.namespace.as_deref(),
-    };
+    let ctx = children_context(shared);
     let fut = crate::k8s::ops::with_timeout(
         Duration::from_secs(30),
         children::set_ready(&ctx, parent, ready),
     );
     if let Err(e) = runtime.block_on(fut) {
         tracing::warn!(controller = %shared.name, "could not update the Ready condition: {e}");
+    }
+}
+
+fn children_context(shared: &Shared) -> children::Context<'_> {
+    children::Context {
+        session: &shared.session,
+        writes: &shared.host.writes,
+        watches: &shared.watches,
+        primary: &shared.target.resource,
+        namespace: shared.spec.namespace.as_deref(),
     }
 }

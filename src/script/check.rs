@@ -4,9 +4,9 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use starlark::analysis::AstModuleLint;
-use starlark::codemap::FileSpan;
 
 use super::builtins::globals;
+use super::host::position;
 use super::run::{self, parse};
 
 /// A check that found problems; the message lists them with file:line:col.
@@ -26,16 +26,6 @@ impl Error {
             Error::Lint { .. } => 1,
         }
     }
-}
-
-fn position(span: &FileSpan) -> String {
-    let pos = span.resolve_span();
-    format!(
-        "{}:{}:{}",
-        span.filename(),
-        pos.begin.line + 1,
-        pos.begin.column + 1
-    )
 }
 
 /// Checks a script: unknown names, and wrong arguments to known builtins.

@@ -108,16 +108,18 @@ impl Host {
 
 /// `file:line:col` (1-based) of the innermost call in progress, for error messages.
 pub fn call_site(eval: &Evaluator) -> String {
-    match eval.call_stack_top_location() {
-        Some(span) => {
-            let pos = span.resolve_span();
-            format!(
-                "{}:{}:{}",
-                span.filename(),
-                pos.begin.line + 1,
-                pos.begin.column + 1
-            )
-        }
-        None => "<unknown>".to_owned(),
-    }
+    eval.call_stack_top_location()
+        .map(|span| position(&span))
+        .unwrap_or_else(|| "<unknown>".to_owned())
+}
+
+/// `file:line:col` (1-based) of a span, as every kite message names places.
+pub fn position(span: &starlark::codemap::FileSpan) -> String {
+    let pos = span.resolve_span();
+    format!(
+        "{}:{}:{}",
+        span.filename(),
+        pos.begin.line + 1,
+        pos.begin.column + 1
+    )
 }

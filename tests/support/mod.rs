@@ -337,3 +337,50 @@ pub fn audit_events(needle: &str) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(&l).ok())
         .collect()
 }
+
+/// A field of one object by kubectl's jsonpath, or "" when it cannot be read.
+pub async fn jsonpath(kind: &str, name: &str, ns: &str, path: &str) -> String {
+    let out = kubectl(&[
+        "get",
+        kind,
+        name,
+        "-n",
+        ns,
+        "-o",
+        &format!("jsonpath={path}"),
+    ])
+    .await;
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Sends SIGTERM to a process.
+pub fn sigterm(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}
+
+/// How many lines contain `needle`.
+pub fn count(lines: &[String], needle: &str) -> usize {
+    lines.iter().filter(|l| l.contains(needle)).count()
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Installs the seed's StaticSite CRD (idempotent) and waits until it is served.
+pub async fn install_staticsite_crd() {
+    kubectl_ok(&["apply", "-f", "examples/staticsite/crd.yaml"]).await;
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/staticsites.tutorial.starkite.io",
+    ])
+    .await;
+}
