@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean
+.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean bench
 
 all: build
 
@@ -34,6 +34,12 @@ test: cluster-up build lint
 ## The seed's walkthrough: the max-replicas controller correcting a drifted deployment.
 demo: cluster-up build
 	examples/demo.sh
+
+## Kite against a native kube-rs controller and the API server's limit (not part of
+## `make test`; takes about 5 minutes). The table is printed and kept in target/bench/.
+bench: cluster-up
+	$(CARGO) build --release --locked
+	$(CARGO) bench --locked --bench controllers
 
 fmt:
 	$(CARGO) fmt
