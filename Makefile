@@ -29,7 +29,7 @@ unit-test:
 ## Everything: builds the control plane if not cached, starts it if not running,
 ## builds kite, checks formatting and lints, and runs unit and integration tests.
 test: cluster-up build lint
-	$(CARGO) test --locked --all-targets
+	$(CARGO) test --locked --lib --bins --tests
 
 ## The seed's walkthrough: the max-replicas controller correcting a drifted deployment.
 demo: cluster-up build
