@@ -3,6 +3,17 @@
 //! # Layout
 //!
 //! - [`cli`]: the command-line interface (clap types only; `main.rs` wires them).
+//! - [`script`]: the Starlark host: parsing, globals and builtins, vars, permissions,
+//!   loads, AttrDict, JSON conversion, diagnostics, `kite run` and `kite check`.
+//! - [`k8s`]: the `k8s` Starlark module: sessions, kind resolution (discovery), the
+//!   cluster operations, events, waits, watches, and the `k8s.obj` builders.
+//! - [`control`]: the `k8s.control()` runtime: spec parsing, informers, the work queue,
+//!   workers and handlers, echo suppression, finalizers, secondary watches, leader
+//!   election, metrics, and the standalone `kite run` controller mode.
+//! - [`children`]: children returned by reconcile: ownership, apply, ApplySet pruning,
+//!   readiness and the Ready condition.
+//! - [`http`]: the health and metrics server.
+//! - [`duration`]: Go-style duration strings.
 //! - [`version`]: build and version information.
 //!
 //! Integration tests live in `tests/` and run against the local control plane that
