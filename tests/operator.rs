@@ -328,6 +328,16 @@ async fn steady_state_writes_nothing() {
         }
         v
     };
+    // The steady state starts once the rollout has finished.
+    kubectl_ok(&[
+        "rollout",
+        "status",
+        "deployment/s",
+        "-n",
+        &ns.name,
+        "--timeout=60s",
+    ])
+    .await;
     let first = versions().await;
     let reconciles_before = count(&kite.stdout(), "RECONCILED s");
     // Over 30 s the poll reconciles (every 5 s) and nothing is written.
