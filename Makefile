@@ -36,7 +36,8 @@ demo: cluster-up build
 	examples/demo.sh
 
 ## Kite against a native kube-rs controller and the API server's limit (not part of
-## `make test`; takes about 5 minutes). The table is printed and kept in target/bench/.
+## `make test`; about 9 minutes, KITE_BENCH_ROUNDS=2 for two ABBA rounds in about 16).
+## The table is printed and kept in target/bench/, with the controllers' logs.
 bench: cluster-up
 	$(CARGO) build --release --locked
 	$(CARGO) bench --locked --bench controllers

@@ -1,5 +1,4 @@
-//! The local cluster: a client, `bench-*` namespaces that are always deleted, and the
-//! deployments the workloads run on.
+//! The local cluster: a client, `bench-*` namespaces that are always deleted, deployments.
 
 use std::path::PathBuf;
 use std::sync::Mutex;

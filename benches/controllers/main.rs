@@ -1,8 +1,4 @@
 //! `make bench`: the API server's patch limit, a native kube-rs controller and kite, side by side.
-//!
-//! Run as `controllers native-controller <namespace>`, this binary is the native
-//! controller itself, so that both controllers run as child processes and are measured
-//! the same way (/proc VmHWM and utime+stime).
 
 mod cluster;
 mod native;
@@ -52,6 +48,8 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    // `controllers native-controller <ns>` is the native controller itself: both
+    // controllers then run as child processes, measured the same way from /proc.
     let result = match args.as_slice() {
         [cmd, ns] if cmd == "native-controller" => runtime.block_on(native::run(ns)),
         _ => runtime.block_on(bench()),

@@ -1,5 +1,4 @@
-//! The workloads: the API server's patch limit, the tracker that watches corrections,
-//! and the steady drift stream.
+//! The workloads: the API server's patch limit, the correction tracker, the drift stream.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
