@@ -122,7 +122,7 @@ impl Shared {
         self.handlers.reconcile.is_some() || self.handlers.finalize.is_some()
     }
 
-    fn is_leading(&self) -> bool {
+    pub(super) fn is_leading(&self) -> bool {
         !self.leader_election || *self.leading.borrow()
     }
 
@@ -251,23 +251,22 @@ impl Shared {
 
     /// Poll and resync: requeue every cached object.
     fn requeue_all(&self, trigger: &'static str, as_events: bool) {
+        // A resync re-delivers MODIFIED events, which already reach the two-argument
+        // reconcile; a poll asks for the level reconcile, which reaches both forms.
+        let events = as_events && self.wants_events();
+        let level = self.wants_level() || (!events && self.spec.reconcile_arity == Some(2));
         for obj in self.store.objects() {
             let Some(key) = Key::of(&obj) else { continue };
-            if as_events && self.wants_events() {
+            {
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
                 let p = pending.entry(key.clone()).or_default();
-                if p.events.len() < MAX_PENDING_EVENTS {
+                if events && p.events.len() < MAX_PENDING_EVENTS {
                     p.events
                         .push_back(EventItem::Modified(obj.clone(), obj.clone()));
                 }
-            }
-            if self.wants_level() || self.spec.reconcile_arity == Some(2) {
-                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                pending
-                    .entry(key.clone())
-                    .or_default()
-                    .reconcile
-                    .get_or_insert(trigger);
+                if level {
+                    p.reconcile.get_or_insert(trigger);
+                }
             }
             self.queue.add(WorkKey::Primary(key));
         }
@@ -562,11 +561,5 @@ impl crate::http::Probe for ControllerProbe {
         self.0.metrics.set_queue_depth(self.0.queue.len());
         self.0.metrics.render(&self.0.name, &[], &mut out);
         out
-    }
-}
-
-impl Shared {
-    pub(super) fn leading_now(&self) -> bool {
-        self.is_leading()
     }
 }

@@ -33,7 +33,7 @@ pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
         let Some(item) = shared.queue.get() else {
             return;
         };
-        if !shared.leading_now() {
+        if !shared.is_leading() {
             // Leadership was lost while waiting: hand the key back for the next leader.
             shared.queue.done(&item);
             shared.queue.add(item);
