@@ -21,8 +21,91 @@ pub enum Command {
         /// The script to check.
         file: PathBuf,
     },
+    /// Kubernetes tooling: deployment manifests and RBAC for a controller script.
+    Kube {
+        #[command(subcommand)]
+        command: KubeCommand,
+    },
     /// Print the version of kite.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KubeCommand {
+    /// Print the manifests that deploy a controller script, with least-privilege RBAC
+    /// inferred from the script.
+    GenControllerArtifacts(GenArgs),
+    /// Print the RBAC rules a script needs, each with the script lines that need it.
+    Rbac(RbacArgs),
+}
+
+/// What RBAC inference may use besides the script.
+#[derive(Debug, Args)]
+pub struct InferArgs {
+    /// A script variable, as for `kite run` (repeatable); it can decide a namespace or port.
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// A CustomResourceDefinition manifest (YAML) naming a kind the script uses (repeatable).
+    #[arg(long = "crd", value_name = "FILE")]
+    pub crds: Vec<PathBuf>,
+    /// An extra cluster-wide permission, GROUP/RESOURCE:VERB,VERB (repeatable), for what
+    /// inference cannot see (e.g. a kind held in a variable).
+    #[arg(long = "rule", value_name = "GROUP/RESOURCE:VERBS")]
+    pub rules: Vec<String>,
+    /// Never contact a cluster (otherwise its discovery resolves kinds nothing else knows).
+    #[arg(long)]
+    pub offline: bool,
+    /// The kubeconfig file for discovery.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context for discovery.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+/// Output formats for generated manifests.
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// The controller script.
+    #[arg(long, value_name = "FILE")]
+    pub controller: PathBuf,
+    /// The image that runs the script (see --dockerfile).
+    #[arg(long, value_name = "IMG", required_unless_present = "dockerfile")]
+    pub image: Option<String>,
+    /// The namespace the controller runs in (created by the manifests).
+    #[arg(long, value_name = "NS", required_unless_present = "dockerfile")]
+    pub namespace: Option<String>,
+    /// The name of the ServiceAccount, roles and Deployment (default: from the file name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Deployment replicas; more than one needs leader_election=True in the script.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
+    #[arg(long, short, value_enum, default_value_t)]
+    pub output: OutputFormat,
+    /// Print a Dockerfile that bakes the script into an image instead of the manifests.
+    #[arg(long)]
+    pub dockerfile: bool,
+    /// The kite base image the Dockerfile starts FROM.
+    #[arg(long, value_name = "IMG")]
+    pub base_image: Option<String>,
+    #[command(flatten)]
+    pub infer: InferArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// The script to analyse.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub infer: InferArgs,
 }
 
 /// How log lines are written to stderr.

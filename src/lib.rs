@@ -12,18 +12,23 @@
 //!   election, metrics, and the standalone `kite run` controller mode.
 //! - [`children`]: children returned by reconcile: ownership, apply, ApplySet pruning,
 //!   readiness and the Ready condition.
+//! - [`rbac`]: least-privilege RBAC inferred from a script (`kite kube rbac`).
 //! - [`http`]: the health and metrics server.
+//! - [`artifacts`]: the manifests and Dockerfile that deploy a script
+//!   (`kite kube gen-controller-artifacts`).
 //! - [`duration`]: Go-style duration strings.
 //! - [`version`]: build and version information.
 //!
 //! Integration tests live in `tests/` and run against the local control plane that
 //! `tests/cluster` builds from Go modules.
 
+pub mod artifacts;
 pub mod children;
 pub mod cli;
 pub mod control;
 pub mod duration;
 pub mod http;
 pub mod k8s;
+pub mod rbac;
 pub mod script;
 pub mod version;

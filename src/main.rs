@@ -5,8 +5,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use kite::cli::{Cli, Command, LogFormat, RunArgs};
+use kite::artifacts;
+use kite::cli::{Cli, Command, InferArgs, KubeCommand, LogFormat, OutputFormat, RunArgs};
 use kite::control::standalone;
+use kite::rbac;
 use kite::script::host::{Host, KubeOptions};
 use kite::script::permissions::Permissions;
 use kite::script::run::Finished;
@@ -30,7 +32,82 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Kube { command } => match kube(command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
     }
+}
+
+fn kube(command: KubeCommand) -> anyhow::Result<()> {
+    match command {
+        KubeCommand::Rbac(args) => {
+            let inference = infer(&args.file, &args.infer)?;
+            for w in &inference.warnings {
+                eprintln!("warning: {w}");
+            }
+            print!("{}", inference.rules.table());
+        }
+        KubeCommand::GenControllerArtifacts(args) => {
+            let inference = infer(&args.controller, &args.infer)?;
+            for w in &inference.warnings {
+                eprintln!("warning: {w}");
+            }
+            if args.dockerfile {
+                let base = args
+                    .base_image
+                    .as_deref()
+                    .unwrap_or(artifacts::DEFAULT_BASE_IMAGE);
+                print!("{}", artifacts::dockerfile(&inference, base));
+                return Ok(());
+            }
+            let vars = args.infer.vars.iter().map(|v| {
+                let (k, v) = v.split_once('=').unwrap_or((v, ""));
+                (k.to_owned(), v.to_owned())
+            });
+            let opts = artifacts::Options {
+                name: args
+                    .name
+                    .unwrap_or_else(|| artifacts::default_name(&args.controller)),
+                namespace: args.namespace.unwrap_or_default(),
+                image: args.image.unwrap_or_default(),
+                replicas: args.replicas,
+                vars: vars.collect(),
+                script: args.controller.clone(),
+            };
+            let rendered = artifacts::render(&inference, &opts)?;
+            for w in &rendered.warnings {
+                eprintln!("warning: {w}");
+            }
+            let text = match args.output {
+                OutputFormat::Yaml => artifacts::to_yaml(&rendered.objects)?,
+                OutputFormat::Json => artifacts::to_json(&rendered.objects)?,
+            };
+            print!("{text}");
+        }
+    }
+    Ok(())
+}
+
+/// RBAC inference with the kinds the user and, when reachable, the cluster know.
+fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<rbac::Inference> {
+    let vars = Vars::from_args(&args.vars, &[] as &[std::path::PathBuf])?;
+    let mut catalog = rbac::Catalog::builtin();
+    for crd in &args.crds {
+        catalog.add_crd_file(crd)?;
+    }
+    if !args.offline {
+        let kube = KubeOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+            dry_run: false,
+        };
+        catalog.add_discovered(rbac::discover(&kube));
+    }
+    Ok(rbac::infer(script, catalog, &vars, &args.rules)?)
 }
 
 fn init_logging(format: LogFormat, verbose: u8) {

@@ -123,8 +123,15 @@ impl LeaderConfig {
     }
 }
 
-/// An identity unique per process: `<hostname>_<pid>`.
+/// The pod's name when the downward API gives it (`POD_NAME`, as the generated
+/// Deployment does), so `kubectl get lease` names the leading pod; otherwise an identity
+/// unique per process, `<hostname>_<pid>`.
 pub fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.trim().is_empty()
+    {
+        return pod.trim().to_owned();
+    }
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())

@@ -1,0 +1,482 @@
+//! The walk over a script that turns its `k8s` calls and `control()` options into rules.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use starlark_syntax::syntax::ast::{
+    ArgumentP, AssignTargetP, AstExpr, AstLiteral, AstNoPayload, DefP, ExprP, ParameterP, StmtP,
+};
+
+use super::catalog::Catalog;
+use super::rule::{Rules, Scope, Site};
+use super::source::{self, Index, Source, dotted, literal_str};
+use super::{Result, parse_rule};
+use crate::k8s::discovery::Resource;
+use crate::script::vars::Vars;
+
+/// What inference found.
+#[derive(Debug, Default)]
+pub struct Inference {
+    pub rules: Rules,
+    /// Problems to show the user, each starting with `file:line:col`.
+    pub warnings: Vec<String>,
+    /// The `k8s.control()` options deployment depends on; None if the script has none.
+    pub control: Option<ControlFacts>,
+    /// The script and every file it loads, relative to the script's directory; the script first.
+    pub files: Vec<PathBuf>,
+}
+
+/// The `k8s.control()` options that shape a deployment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlFacts {
+    /// The kind as written, when it is a literal.
+    pub kind: Option<String>,
+    pub health_port: Option<u16>,
+    pub leader_election: bool,
+}
+
+/// `k8s.obj` builders that make an object, by their apiVersion and kind.
+const BUILDERS: &[(&str, &str, &str)] = &[
+    ("deployment", "apps/v1", "Deployment"),
+    ("stateful_set", "apps/v1", "StatefulSet"),
+    ("daemon_set", "apps/v1", "DaemonSet"),
+    ("job", "batch/v1", "Job"),
+    ("cron_job", "batch/v1", "CronJob"),
+    ("pod", "v1", "Pod"),
+    ("service", "v1", "Service"),
+    ("config_map", "v1", "ConfigMap"),
+    ("secret", "v1", "Secret"),
+    ("namespace", "v1", "Namespace"),
+    ("service_account", "v1", "ServiceAccount"),
+    ("role", "rbac.authorization.k8s.io/v1", "Role"),
+    (
+        "cluster_role",
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+    ),
+    (
+        "role_binding",
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+    ),
+    (
+        "cluster_role_binding",
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+    ),
+    ("ingress", "networking.k8s.io/v1", "Ingress"),
+    ("lease", "coordination.k8s.io/v1", "Lease"),
+    ("crd", "apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+];
+
+/// The control() options whose values are handler functions.
+const HANDLERS: &[&str] = &[
+    "reconcile",
+    "finalize",
+    "on_create",
+    "on_update",
+    "on_delete",
+];
+
+/// Infers the rules `path` needs. `catalog` holds the kinds it may name; `extra` are
+/// `--rule` texts added as they are.
+///
+/// # Errors
+/// An unreadable or unparsable file, or a malformed `--rule`. Anything inference cannot
+/// decide is a warning in the result instead.
+pub fn infer(path: &Path, catalog: Catalog, vars: &Vars, extra: &[String]) -> Result<Inference> {
+    let source = Source::read(path)?;
+    let index = Index::new(&source);
+    let mut a = Analyzer {
+        source: &source,
+        index,
+        catalog,
+        vars,
+        out: Inference::default(),
+        clients: HashMap::new(),
+        primary: None,
+    };
+    for file in &source.outside {
+        a.out.warnings.push(format!(
+            "{file}: loaded from outside the script's directory; it cannot be copied into an image beside the script"
+        ));
+    }
+    a.out.files = source.modules.iter().map(|m| m.rel.clone()).collect();
+    a.collect_crds_and_clients();
+    let control = a.find_control();
+    let handler_names = control
+        .as_ref()
+        .map(|(_, c)| a.handler_names(c))
+        .unwrap_or_default();
+    if let Some((module, call)) = control {
+        a.control(path, module, call);
+    }
+    a.scan_calls(&handler_names);
+    if let Some((module, call)) = control {
+        a.children(module, call);
+    }
+    for text in extra {
+        let (group, resource, verbs) = parse_rule(text)?;
+        let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+        let site = Site {
+            position: "--rule".into(),
+            what: text.clone(),
+        };
+        a.out
+            .rules
+            .add(&group, &resource, &verbs, Scope::Cluster, &[], site);
+    }
+    Ok(a.out)
+}
+
+/// A call's arguments, split by kind.
+struct Args<'a> {
+    positional: Vec<&'a AstExpr>,
+    named: Vec<(&'a str, &'a AstExpr)>,
+}
+
+impl<'a> Args<'a> {
+    fn of(expr: &'a AstExpr) -> Option<(&'a AstExpr, Args<'a>)> {
+        let ExprP::Call(callee, args) = &expr.node else {
+            return None;
+        };
+        let mut out = Args {
+            positional: Vec::new(),
+            named: Vec::new(),
+        };
+        for arg in &args.args {
+            match &arg.node {
+                ArgumentP::Positional(e) => out.positional.push(e),
+                ArgumentP::Named(n, e) => out.named.push((n.node.as_str(), e)),
+                ArgumentP::Args(_) | ArgumentP::KwArgs(_) => {}
+            }
+        }
+        Some((callee, out))
+    }
+
+    fn get(&self, name: &str) -> Option<&'a AstExpr> {
+        self.named.iter().find(|(n, _)| *n == name).map(|(_, e)| *e)
+    }
+
+    /// The argument at `index` by position, or by `name`.
+    fn arg(&self, index: usize, name: &str) -> Option<&'a AstExpr> {
+        self.positional
+            .get(index)
+            .copied()
+            .or_else(|| self.get(name))
+    }
+}
+
+/// Where an object's namespace comes from.
+#[derive(Clone, Debug)]
+enum Ns {
+    /// Not given: the client's default namespace.
+    Absent,
+    Literal(String),
+    /// Computed at run time: any namespace.
+    Dynamic,
+    /// The namespace of the controller's own objects.
+    Primary,
+}
+
+/// The function being walked: its assignments, and which parameter is the watched object.
+struct Frame<'a> {
+    module: usize,
+    locals: HashMap<String, Vec<&'a AstExpr>>,
+    primary_param: Option<String>,
+}
+
+impl Frame<'_> {
+    /// Top-level code, or code where names are not followed.
+    fn bare(module: usize) -> Self {
+        Frame {
+            module,
+            locals: HashMap::new(),
+            primary_param: None,
+        }
+    }
+}
+
+struct Primary {
+    resource: Resource,
+    scope: Scope,
+    /// As written in the script.
+    kind: String,
+}
+
+struct Analyzer<'a> {
+    source: &'a Source,
+    index: Index<'a>,
+    catalog: Catalog,
+    vars: &'a Vars,
+    out: Inference,
+    /// Names bound to `k8s.config(...)` clients, with their literal default namespace.
+    clients: HashMap<String, Option<String>>,
+    primary: Option<Primary>,
+}
+
+impl<'a> Analyzer<'a> {
+    fn position(&self, module: usize, expr: &AstExpr) -> String {
+        let m = &self.source.modules[module];
+        crate::script::host::position(&m.ast.file_span(expr.span))
+    }
+
+    fn site(&self, module: usize, expr: &AstExpr, what: String) -> Site {
+        Site {
+            position: self.position(module, expr),
+            what,
+        }
+    }
+
+    fn warn(&mut self, module: usize, expr: &AstExpr, message: String) {
+        let w = format!("{}: {message}", self.position(module, expr));
+        if !self.out.warnings.contains(&w) {
+            self.out.warnings.push(w);
+        }
+    }
+
+    /// Every expression of every module, with its module.
+    fn all_exprs(&self) -> Vec<(usize, &'a AstExpr)> {
+        let mut out = Vec::new();
+        for (i, m) in self.source.modules.iter().enumerate() {
+            source::each_expr(m.ast.statement(), &mut |e| out.push((i, e)));
+        }
+        out
+    }
+
+    /// The value of a string expression when it is known without running the script.
+    fn const_str(&self, expr: &AstExpr) -> Option<String> {
+        self.const_str_depth(expr, 0)
+    }
+
+    fn const_str_depth(&self, expr: &AstExpr, depth: usize) -> Option<String> {
+        if depth > 4 {
+            return None;
+        }
+        if let Some(s) = literal_str(expr) {
+            return Some(s.to_owned());
+        }
+        match &expr.node {
+            ExprP::Identifier(id) => match self.index.globals.get(&id.node.ident)?.as_slice() {
+                [only] => self.const_str_depth(only, depth + 1),
+                _ => None,
+            },
+            ExprP::Call(..) => self.var_call(expr, "var_str"),
+            _ => None,
+        }
+    }
+
+    /// `var_x("name", default)` with the values the user gave.
+    fn var_call(&self, expr: &AstExpr, func: &str) -> Option<String> {
+        let (callee, args) = Args::of(expr)?;
+        if dotted(callee)? != func {
+            return None;
+        }
+        let name = literal_str(args.arg(0, "name")?)?;
+        if let Some(v) = self.vars.get(name) {
+            return Some(match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+        }
+        let default = args.arg(1, "default")?;
+        match &default.node {
+            ExprP::Literal(AstLiteral::String(s)) => Some(s.node.clone()),
+            ExprP::Literal(AstLiteral::Int(i)) => Some(i.node.to_string()),
+            ExprP::Identifier(id) if id.node.ident == "True" => Some("true".into()),
+            ExprP::Identifier(id) if id.node.ident == "False" => Some("false".into()),
+            _ => None,
+        }
+    }
+
+    fn const_int(&self, expr: &AstExpr) -> Option<i64> {
+        match &expr.node {
+            ExprP::Literal(AstLiteral::Int(i)) => i.node.to_string().parse().ok(),
+            ExprP::Identifier(id) => match self.index.globals.get(&id.node.ident)?.as_slice() {
+                [only] if !std::ptr::eq(*only, expr) => self.const_int(only),
+                _ => None,
+            },
+            _ => self.var_call(expr, "var_int")?.parse().ok(),
+        }
+    }
+
+    fn const_bool(&self, expr: &AstExpr) -> Option<bool> {
+        match &expr.node {
+            ExprP::Identifier(id) if id.node.ident == "True" => Some(true),
+            ExprP::Identifier(id) if id.node.ident == "False" => Some(false),
+            ExprP::Identifier(id) => match self.index.globals.get(&id.node.ident)?.as_slice() {
+                [only] => self.const_bool(only),
+                _ => None,
+            },
+            _ => match self.var_call(expr, "var_bool")?.as_str() {
+                "true" | "True" | "1" | "yes" => Some(true),
+                _ => Some(false),
+            },
+        }
+    }
+
+    /// CRDs the script defines with `k8s.obj.crd(...)`, and its `k8s.config(...)` clients.
+    fn collect_crds_and_clients(&mut self) {
+        for (module, expr) in self.all_exprs() {
+            let Some((callee, args)) = Args::of(expr) else {
+                continue;
+            };
+            if dotted(callee).as_deref() != Some("k8s.obj.crd") {
+                continue;
+            }
+            let field = |k: &str| args.get(k).and_then(|e| self.const_str(e));
+            let short: Vec<String> = match args.get("short_names").map(|e| &e.node) {
+                Some(ExprP::List(items)) => {
+                    items.iter().filter_map(|e| self.const_str(e)).collect()
+                }
+                _ => Vec::new(),
+            };
+            let crd = json!({"kind": "CustomResourceDefinition", "spec": {
+                "group": field("group"), "scope": field("scope").unwrap_or_else(|| "Namespaced".into()),
+                "names": {"kind": field("kind"), "plural": field("plural"), "singular": field("singular"), "shortNames": short},
+                "versions": [{"name": field("version"), "storage": true, "subresources": {"status": {}}}]}});
+            if let Err(e) = self.catalog.add_crd(&crd) {
+                self.warn(module, expr, format!("k8s.obj.crd(): its kind cannot be known without running the script ({e}); give the CRD with --crd FILE"));
+            }
+        }
+        for m in &self.source.modules {
+            each_assignment(m.ast.statement(), &mut |name, rhs| {
+                if let Some((callee, args)) = Args::of(rhs)
+                    && dotted(callee).as_deref() == Some("k8s.config")
+                {
+                    let ns = args.get("namespace").and_then(|e| self.const_str(e));
+                    self.clients.insert(name.to_owned(), ns);
+                }
+            });
+        }
+    }
+
+    /// The method a call makes on a `k8s` client, with the client's default namespace.
+    fn client_method(&self, callee: &AstExpr) -> Option<(String, Option<String>, String)> {
+        let ExprP::Dot(recv, method) = &callee.node else {
+            return None;
+        };
+        let name = dotted(recv)?;
+        let default_ns = if name == "k8s" {
+            None
+        } else {
+            self.clients.get(&name)?.clone()
+        };
+        let m = method
+            .node
+            .strip_prefix("try_")
+            .unwrap_or(&method.node)
+            .to_owned();
+        Some((m, default_ns, format!("{name}.{}", method.node)))
+    }
+
+    fn find_control(&mut self) -> Option<(usize, &'a AstExpr)> {
+        let mut found: Vec<(usize, &'a AstExpr)> = Vec::new();
+        for (module, expr) in self.all_exprs() {
+            if let Some((callee, _)) = Args::of(expr)
+                && self
+                    .client_method(callee)
+                    .is_some_and(|(m, _, _)| m == "control")
+            {
+                found.push((module, expr));
+            }
+        }
+        for &(module, extra) in found.iter().skip(1) {
+            self.warn(module, extra, "a second k8s.control() call: only the first one runs, so its permissions are not inferred".into());
+        }
+        found.first().copied()
+    }
+
+    /// Names of the functions given as handlers.
+    fn handler_names(&self, call: &AstExpr) -> HashSet<String> {
+        let Some((_, args)) = Args::of(call) else {
+            return HashSet::new();
+        };
+        HANDLERS
+            .iter()
+            .filter_map(|h| args.get(h))
+            .filter_map(|e| match &e.node {
+                ExprP::Identifier(id) => Some(id.node.ident.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn scope(&self, resource: &Resource, ns: &Ns, client_default: Option<&str>) -> Scope {
+        if !resource.namespaced {
+            return Scope::Cluster;
+        }
+        match ns {
+            Ns::Literal(s) => Scope::Namespace(s.clone()),
+            Ns::Absent => client_default.map_or(Scope::Own, |s| Scope::Namespace(s.to_owned())),
+            Ns::Dynamic => Scope::Cluster,
+            Ns::Primary => self
+                .primary
+                .as_ref()
+                .map_or(Scope::Cluster, |p| p.scope.clone()),
+        }
+    }
+
+    fn ns_arg(&self, expr: Option<&AstExpr>) -> Ns {
+        match expr {
+            None => Ns::Absent,
+            Some(e) if matches!(&e.node, ExprP::Identifier(id) if id.node.ident == "None") => {
+                Ns::Absent
+            }
+            Some(e) => self.const_str(e).map_or(Ns::Dynamic, Ns::Literal),
+        }
+    }
+
+    /// The resource a kind argument names, or a warning.
+    fn kind(
+        &mut self,
+        module: usize,
+        expr: Option<&AstExpr>,
+        call: &AstExpr,
+        what: &str,
+    ) -> Option<(Resource, String)> {
+        let Some(expr) = expr else {
+            self.warn(module, call, format!("{what}(): no kind given"));
+            return None;
+        };
+        let Some(kind) = self.const_str(expr) else {
+            self.warn(module, expr, format!("{what}(): the kind is not a literal string, so its permissions cannot be inferred; grant them with --rule GROUP/RESOURCE:VERBS"));
+            return None;
+        };
+        match self.catalog.resolve(&kind) {
+            Ok(r) => Some((r.clone(), kind)),
+            Err(e) => {
+                self.warn(module, expr, format!("{what}(): {e}; give its CRD with --crd FILE or grant it with --rule GROUP/RESOURCE:VERBS"));
+                None
+            }
+        }
+    }
+}
+
+/// Calls `f(name, rhs)` for every `name = rhs` anywhere under `stmt`.
+fn each_assignment<'a>(
+    stmt: &'a starlark_syntax::syntax::ast::AstStmt,
+    f: &mut impl FnMut(&'a str, &'a AstExpr),
+) {
+    if let StmtP::Assign(a) = &stmt.node
+        && let AssignTargetP::Identifier(id) = &a.lhs.node
+    {
+        f(&id.node.ident, &a.rhs);
+    }
+    stmt.visit_stmt(|child| each_assignment(child, f));
+}
+
+/// The last ordinary parameter of a handler: the object it is called with.
+fn object_param(def: &DefP<AstNoPayload>) -> Option<String> {
+    def.params.iter().rev().find_map(|p| match &p.node {
+        ParameterP::Normal(id, _, _) => Some(id.node.ident.clone()),
+        _ => None,
+    })
+}
+
+mod calls;
+mod control;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+//! The permissions kite's controller runtime needs for a `k8s.control()` call.
+
+use std::path::Path;
+
+use starlark_syntax::syntax::ast::{AstExpr, ExprP};
+
+use super::{Analyzer, Args, ControlFacts, Frame, Ns, Primary, source};
+use crate::rbac::rule::Scope;
+use crate::rbac::source::{dotted, literal_str};
+
+/// The verbs of a child kind: the runtime's informer (list, watch), server-side apply
+/// (patch, and create when the child is new) and pruning (delete).
+const CHILD_VERBS: &[&str] = &["list", "watch", "create", "patch", "delete"];
+/// Events the runtime records (Reconciled, ReconcileFailed, FinalizeFailed); an identical
+/// event is aggregated by reading it and patching its count.
+const EVENT_VERBS: &[&str] = &["create", "get", "patch"];
+
+impl<'a> Analyzer<'a> {
+    /// The primary kind and the rules every controller with these options needs.
+    pub(super) fn control(&mut self, script: &Path, module: usize, call: &'a AstExpr) {
+        let Some((_, args)) = Args::of(call) else {
+            return;
+        };
+        let kind_expr = args.arg(0, "kind");
+        let kind_text = kind_expr.and_then(|e| self.const_str(e));
+        let mut facts = ControlFacts {
+            kind: kind_text.clone(),
+            ..Default::default()
+        };
+        if let Some(p) = args.get("health_port") {
+            match self.const_int(p).and_then(|n| u16::try_from(n).ok()) {
+                Some(n) => facts.health_port = Some(n),
+                None => self.warn(module, p, "k8s.control(): health_port is not a literal port number; the Deployment gets no probes".into()),
+            }
+        }
+        if let Some(le) = args.get("leader_election") {
+            match self.const_bool(le) {
+                Some(b) => facts.leader_election = b,
+                None => self.warn(
+                    module,
+                    le,
+                    "k8s.control(): leader_election is not a literal True or False; assuming False"
+                        .into(),
+                ),
+            }
+        }
+        let ns = self.ns_arg(args.get("namespace"));
+        let resolved = self.kind(module, kind_expr, call, "k8s.control");
+        if let Some((resource, kind)) = resolved {
+            // The runtime watches every namespace unless told one.
+            let scope = match (&ns, resource.namespaced) {
+                (Ns::Literal(s), true) => Scope::Namespace(s.clone()),
+                _ => Scope::Cluster,
+            };
+            if matches!(ns, Ns::Dynamic) {
+                self.warn(module, args.get("namespace").unwrap_or(call), "k8s.control(): the namespace is not a literal, so the watch is granted in every namespace".into());
+            }
+            let ar = resource.api_resource.clone();
+            let site = |s: &Self, what: &str| {
+                s.site(module, call, format!("k8s.control({kind:?}) {what}"))
+            };
+            self.out.rules.add(
+                &ar.group,
+                &ar.plural,
+                &["list", "watch"],
+                scope.clone(),
+                &[],
+                site(self, "watch"),
+            );
+            if args.get("finalize").is_some() || args.get("finalizer").is_some() {
+                self.out.rules.add(
+                    &ar.group,
+                    &ar.plural,
+                    &["patch"],
+                    scope.clone(),
+                    &[],
+                    site(self, "finalizer"),
+                );
+            }
+            let events = if resource.namespaced {
+                scope.clone()
+            } else {
+                Scope::Namespace("default".into())
+            };
+            self.out.rules.add(
+                "",
+                "events",
+                EVENT_VERBS,
+                events,
+                &[],
+                site(self, "events (ReconcileFailed, Reconciled)"),
+            );
+            self.primary = Some(Primary {
+                resource,
+                scope,
+                kind,
+            });
+        }
+        let primary_scope = self
+            .primary
+            .as_ref()
+            .map_or(Scope::Cluster, |p| p.scope.clone());
+        for key in ["watch_owned", "watch_related"] {
+            let Some(list) = args.get(key) else { continue };
+            for kind in watched_kinds(list) {
+                if let Some((r, k)) =
+                    self.kind(module, Some(kind), call, &format!("k8s.control({key})"))
+                {
+                    let scope = if r.namespaced {
+                        primary_scope.clone()
+                    } else {
+                        Scope::Cluster
+                    };
+                    let site = self.site(module, kind, format!("k8s.control({key}={k:?})"));
+                    self.out.rules.add(
+                        &r.api_resource.group,
+                        &r.api_resource.plural,
+                        &["list", "watch"],
+                        scope,
+                        &[],
+                        site,
+                    );
+                }
+            }
+        }
+        if facts.leader_election {
+            self.lease(script, module, call, &args, kind_text.as_deref(), &ns);
+        }
+        self.out.control = Some(facts);
+    }
+
+    fn lease(
+        &mut self,
+        script: &Path,
+        module: usize,
+        call: &AstExpr,
+        args: &Args,
+        kind: Option<&str>,
+        ns: &Ns,
+    ) {
+        let scope = match args.get("leader_election_namespace") {
+            Some(e) => match self.const_str(e) {
+                Some(s) => Scope::Namespace(s),
+                None => {
+                    self.warn(module, e, "k8s.control(): leader_election_namespace is not a literal; leases are granted in every namespace".into());
+                    Scope::Cluster
+                }
+            },
+            None => match ns {
+                Ns::Literal(s) => Scope::Namespace(s.clone()),
+                // Without a namespace, the lease lives where the controller runs.
+                _ => Scope::Own,
+            },
+        };
+        let name = match args.get("leader_election_id") {
+            Some(e) => self.const_str(e),
+            None => kind.map(|k| crate::control::standalone::default_lease_name(script, k)),
+        };
+        let site = self.site(module, call, "k8s.control(leader_election=True)".into());
+        let group = "coordination.k8s.io";
+        // create cannot be limited by name: the name is not known before the object exists.
+        self.out.rules.add(
+            group,
+            "leases",
+            &["create"],
+            scope.clone(),
+            &[],
+            site.clone(),
+        );
+        let names: Vec<String> = name.into_iter().collect();
+        self.out
+            .rules
+            .add(group, "leases", &["get", "update"], scope, &names, site);
+    }
+
+    /// Children: objects built in code reachable from reconcile, which the runtime applies,
+    /// watches and prunes, and whose readiness it writes to the primary's Ready condition.
+    pub(super) fn children(&mut self, module: usize, call: &'a AstExpr) {
+        let Some((_, args)) = Args::of(call) else {
+            return;
+        };
+        let Some(reconcile) = args.get("reconcile") else {
+            return;
+        };
+        let Some(primary) = self.primary.as_ref() else {
+            return;
+        };
+        let (pscope, presource) = (primary.scope.clone(), primary.resource.clone());
+        let primary = Primary {
+            resource: presource.clone(),
+            scope: pscope.clone(),
+            kind: primary.kind.clone(),
+        };
+        let mut bodies: Vec<(usize, &'a AstExpr)> = Vec::new();
+        if let ExprP::Lambda(l) = &reconcile.node {
+            source::each_subexpr(&l.body, &mut |e| bodies.push((module, e)));
+        }
+        for (m, def) in self.index.reachable(&[reconcile], &[]) {
+            source::each_expr(&def.body, &mut |e| bodies.push((m, e)));
+        }
+        // An object handed straight to a k8s call (k8s.create(k8s.obj.config_map(...)))
+        // is that call's business, not a child the runtime applies.
+        let mut passed: Vec<(usize, starlark_syntax::codemap::Span)> = Vec::new();
+        for &(m, e) in &bodies {
+            if let Some((callee, args)) = Args::of(e)
+                && self.client_method(callee).is_some()
+            {
+                passed.extend(
+                    args.positional
+                        .iter()
+                        .chain(args.named.iter().map(|(_, a)| a))
+                        .map(|a| (m, a.span)),
+                );
+            }
+        }
+        let inside = |m: usize, e: &AstExpr| {
+            passed.iter().any(|&(pm, span)| {
+                pm == m && span.begin() <= e.span.begin() && e.span.end() <= span.end()
+            })
+        };
+        let mut any = false;
+        for (m, e) in bodies {
+            if inside(m, e) {
+                continue;
+            }
+            let target = match &e.node {
+                ExprP::Call(callee, _) => match dotted(callee)
+                    .as_deref()
+                    .and_then(|d| d.strip_prefix("k8s.obj."))
+                {
+                    Some(b) if b != "crd" && super::BUILDERS.iter().any(|(n, ..)| *n == b) => {
+                        self.object(&Frame::bare(m), e, 0)
+                    }
+                    _ => continue,
+                },
+                ExprP::Dict(_) if dict_kind(e).is_some() => self.object(&Frame::bare(m), e, 0),
+                _ => continue,
+            };
+            for (r, _) in target.unwrap_or_default() {
+                any = true;
+                let scope = if r.namespaced {
+                    pscope.clone()
+                } else {
+                    Scope::Cluster
+                };
+                let site = self.site(
+                    m,
+                    e,
+                    format!("child {} built for reconcile", r.api_resource.kind),
+                );
+                self.out.rules.add(
+                    &r.api_resource.group,
+                    &r.api_resource.plural,
+                    CHILD_VERBS,
+                    scope,
+                    &[],
+                    site,
+                );
+            }
+        }
+        if any {
+            let ar = &presource.api_resource;
+            let kind = primary.kind.clone();
+            let site = self.site(
+                module,
+                call,
+                format!("k8s.control({kind:?}) children: ApplySet labels on the parent"),
+            );
+            self.out
+                .rules
+                .add(&ar.group, &ar.plural, &["patch"], pscope.clone(), &[], site);
+            let status = if presource.subresources.iter().any(|s| s == "status") {
+                format!("{}/status", ar.plural)
+            } else {
+                ar.plural.clone()
+            };
+            let site = self.site(
+                module,
+                call,
+                format!("k8s.control({kind:?}) children: the Ready condition"),
+            );
+            self.out
+                .rules
+                .add(&ar.group, &status, &["patch"], pscope, &[], site);
+        }
+    }
+}
+
+/// `["kind", ...]`, `[("kind", fn), ...]` or `{"kind": fn}`: the kind expressions.
+fn watched_kinds(expr: &AstExpr) -> Vec<&AstExpr> {
+    match &expr.node {
+        ExprP::List(items) | ExprP::Tuple(items) => items
+            .iter()
+            .map(|i| match &i.node {
+                ExprP::Tuple(pair) | ExprP::List(pair) if !pair.is_empty() => &pair[0],
+                _ => i,
+            })
+            .collect(),
+        ExprP::Dict(pairs) => pairs.iter().map(|(k, _)| k).collect(),
+        _ => vec![expr],
+    }
+}
+
+/// `{"apiVersion": "...", "kind": "...", ...}` literals: (apiVersion, kind).
+pub(super) fn dict_kind(expr: &AstExpr) -> Option<(&str, &str)> {
+    let ExprP::Dict(pairs) = &expr.node else {
+        return None;
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| literal_str(k) == Some(name))
+            .and_then(|(_, v)| literal_str(v))
+    };
+    Some((field("apiVersion")?, field("kind")?))
+}

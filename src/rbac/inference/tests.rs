@@ -1,0 +1,282 @@
+//! Inference over small scripts written to a temporary directory.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use super::*;
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes `files` (the first is the script) and infers with `vars` and `extra` rules.
+fn infer_files(files: &[(&str, &str)], vars: &[&str], extra: &[&str]) -> (Inference, Dir) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("kite-rbac-{}-{n}", std::process::id()));
+    for (name, text) in files {
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let vars: Vec<String> = vars.iter().map(|s| (*s).to_owned()).collect();
+    let vars = Vars::from_args(&vars, &[] as &[PathBuf]).unwrap();
+    let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+    let inf = infer(&dir.join(files[0].0), Catalog::builtin(), &vars, &extra).unwrap();
+    (inf, Dir(dir))
+}
+
+fn infer_one(script: &str) -> Inference {
+    infer_files(&[("c.star", script)], &[], &[]).0
+}
+
+/// `scope group/resource[names]: verbs` lines, sorted.
+fn grants(inf: &Inference) -> Vec<String> {
+    inf.rules
+        .sorted()
+        .iter()
+        .map(|r| {
+            let names = if r.resource_names.is_empty() {
+                String::new()
+            } else {
+                format!("[{}]", r.resource_names.join(","))
+            };
+            let verbs: Vec<&str> = r.verbs.iter().map(String::as_str).collect();
+            format!(
+                "{} {}/{}{names}: {}",
+                r.scope,
+                r.group,
+                r.resource,
+                verbs.join(",")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn literal_kinds_and_short_names_get_exactly_their_verbs() {
+    let inf = infer_one(
+        "def main():\n  k8s.get('deploy', 'a', namespace='team')\n  k8s.list('cm')\n  k8s.watch('po', namespace='team')\n  k8s.delete('svc', 'x', namespace=k8s.namespace_name())\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster /services: delete",
+            "own namespace /configmaps: list",
+            "namespace team /pods: list,watch",
+            "namespace team apps/deployments: get",
+        ]
+    );
+    assert!(inf.warnings.is_empty(), "{:?}", inf.warnings);
+    assert!(inf.control.is_none());
+}
+
+#[test]
+fn the_seed_max_replicas_controller() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/max-replicas-controller.star"
+    ))
+    .unwrap();
+    let inf = infer_one(&text);
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster /events: create,get,patch",
+            "cluster apps/deployments: list,patch,watch"
+        ]
+    );
+    let c = inf.control.unwrap();
+    assert_eq!(c.health_port, Some(8081));
+    assert!(!c.leader_election);
+    let table = inf.rules.table();
+    assert!(
+        table.contains("c.star:15:9 k8s.patch(\"deployment\")"),
+        "{table}"
+    );
+}
+
+#[test]
+fn crds_defined_in_the_script_resolve() {
+    let inf = infer_one(
+        "w = k8s.obj.crd(group='x.io', version='v1', kind='Widget', plural='widgets', short_names=['wdg'])\nk8s.apply(w)\nk8s.get('wdg', 'a', namespace='n')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster apiextensions.k8s.io/customresourcedefinitions: create,patch",
+            "namespace n x.io/widgets: get",
+        ]
+    );
+}
+
+#[test]
+fn children_built_in_helpers_and_loaded_files_are_owned_kinds() {
+    let lib = "def service_for(name, ns):\n  return k8s.obj.service(name=name, namespace=ns)\n";
+    let script = "load('lib/svc.star', 'service_for')\n\
+        def workload(site):\n  return k8s.obj.deployment(name=site.metadata.name, namespace=site.metadata.namespace, containers=[k8s.obj.container(name='c', image='i')])\n\
+        def reconcile(site):\n  return [workload(site), service_for(site.metadata.name, site.metadata.namespace)]\n\
+        k8s.control('statefulsets', reconcile=reconcile, namespace='web')\n";
+    let (inf, _dir) = infer_files(&[("c.star", script), ("lib/svc.star", lib)], &[], &[]);
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace web /events: create,get,patch",
+            "namespace web /services: create,delete,list,patch,watch",
+            "namespace web apps/deployments: create,delete,list,patch,watch",
+            "namespace web apps/statefulsets: list,patch,watch",
+            "namespace web apps/statefulsets/status: patch",
+        ]
+    );
+    assert_eq!(
+        inf.files,
+        [PathBuf::from("c.star"), PathBuf::from("lib/svc.star")]
+    );
+}
+
+#[test]
+fn dynamic_kinds_warn_with_their_position_and_grant_nothing() {
+    let inf = infer_one("def main():\n  kind = 'pods'\n  k8s.get(kind, 'x')\n");
+    assert!(inf.rules.is_empty());
+    assert_eq!(inf.warnings.len(), 1);
+    assert!(inf.warnings[0].ends_with(
+        "c.star:3:11: k8s.get(): the kind is not a literal string, so its permissions cannot be inferred; grant them with --rule GROUP/RESOURCE:VERBS"
+    ), "{:?}", inf.warnings);
+    let unknown = infer_one("k8s.get('gizmos', 'x')\n");
+    assert!(
+        unknown.warnings[0].contains("c.star:1:9: k8s.get(): "),
+        "{:?}",
+        unknown.warnings
+    );
+    assert!(
+        unknown.warnings[0].contains("--crd FILE"),
+        "{:?}",
+        unknown.warnings
+    );
+}
+
+#[test]
+fn extra_rules_are_added_cluster_wide() {
+    let (inf, _d) = infer_files(
+        &[("c.star", "def main():\n  pass\n")],
+        &[],
+        &["apps/deployments:get,list", "core/secrets:get"],
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster /secrets: get",
+            "cluster apps/deployments: get,list"
+        ]
+    );
+    assert_eq!(inf.rules.sorted()[0].sites[0].position, "--rule");
+}
+
+#[test]
+fn leader_election_gets_a_named_lease_in_a_role() {
+    let inf = infer_one(
+        "def reconcile(o):\n  pass\nk8s.control('configmaps', reconcile=reconcile, namespace='ops', leader_election=True, leader_election_id='my-lock')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace ops /configmaps: list,watch",
+            "namespace ops /events: create,get,patch",
+            "namespace ops coordination.k8s.io/leases: create",
+            "namespace ops coordination.k8s.io/leases[my-lock]: get,update",
+        ]
+    );
+    assert!(inf.control.unwrap().leader_election);
+    let default =
+        infer_one("k8s.control('pods', reconcile=lambda o: None, leader_election=True)\n");
+    let names: BTreeSet<String> = default
+        .rules
+        .sorted()
+        .iter()
+        .flat_map(|r| r.resource_names.clone())
+        .collect();
+    assert_eq!(names, BTreeSet::from(["kite-c-pods".to_owned()]));
+    assert!(
+        grants(&default).contains(&"own namespace coordination.k8s.io/leases: create".to_owned())
+    );
+}
+
+#[test]
+fn only_code_that_can_run_counts() {
+    let inf = infer_one(
+        "def unused():\n  k8s.delete('pods', 'x')\ndef used():\n  k8s.get('pods', 'x')\nused()\n",
+    );
+    assert_eq!(grants(&inf), ["own namespace /pods: get"]);
+}
+
+#[test]
+fn finalizers_watches_hooks_and_status() {
+    let inf = infer_one(
+        "def fin(o):\n  pass\ndef rec(o):\n  k8s.status(o, {'phase': 'ok'})\n\
+         k8s.control('deployments', reconcile=rec, finalize=fin, namespace='a', watch_owned=['replicasets'], watch_related=[('configmaps', lambda c: [])])\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace a /configmaps: list,watch",
+            "namespace a /events: create,get,patch",
+            "namespace a apps/deployments: list,patch,watch",
+            "namespace a apps/deployments/status: patch",
+            "namespace a apps/replicasets: list,watch",
+        ]
+    );
+}
+
+#[test]
+fn vars_clients_and_constants_decide_namespaces() {
+    let (inf, _d) = infer_files(
+        &[(
+            "c.star",
+            "NS = 'fixed'\nc = k8s.config(namespace='other')\ndef main():\n  k8s.get('pods', 'a', namespace=var_str('ns', 'dflt'))\n  k8s.get('secrets', 'a', namespace=NS)\n  c.list('configmaps')\n",
+        )],
+        &["ns=chosen"],
+        &[],
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace chosen /pods: get",
+            "namespace fixed /secrets: get",
+            "namespace other /configmaps: list",
+        ]
+    );
+}
+
+#[test]
+fn objects_followed_through_names_and_dicts() {
+    let inf = infer_one(
+        "def main():\n  cm = k8s.obj.config_map(name='a', namespace='x')\n  k8s.create(cm)\n  k8s.apply({'apiVersion': 'batch/v1', 'kind': 'Job', 'metadata': {'name': 'j'}})\n  k8s.event(cm, reason='R', namespace='x')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "own namespace batch/jobs: create,patch",
+            "namespace x /configmaps: create",
+            "namespace x /events: create,get,patch",
+        ]
+    );
+}
+
+#[test]
+fn objects_handed_to_k8s_calls_in_reconcile_are_not_children() {
+    let inf = infer_one(
+        "def reconcile(o):\n  k8s.create(k8s.obj.config_map(name='a'), namespace='n')\nk8s.control('pods', reconcile=reconcile, namespace='n')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace n /configmaps: create",
+            "namespace n /events: create,get,patch",
+            "namespace n /pods: list,watch",
+        ]
+    );
+}

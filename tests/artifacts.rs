@@ -1,0 +1,562 @@
+//! `kite kube gen-controller-artifacts` against the local cluster: the stream is valid,
+//! and the inferred role is sufficient (the example's scenario runs under it with no 403),
+//! minimal (every granted verb is used) and nothing more (other requests are refused).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value as Json;
+use support::*;
+
+/// The examples that bind the health port 8081 must not run at the same time.
+static PORT_8081: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A generated deployment of one script, applied without its Deployment, with a token
+/// for its ServiceAccount.
+struct Deployed {
+    ns: TestNamespace,
+    name: String,
+    objects: Vec<Json>,
+    token: String,
+    kubeconfig: PathBuf,
+}
+
+impl Deployed {
+    /// Generates the artifacts for `script`, checks them with a server-side dry run,
+    /// applies everything but the Deployment, and mints a token.
+    /// `ns_var` names a script variable that is set to the test namespace.
+    async fn new(prefix: &str, script: &str, extra: &[&str], ns_var: Option<&str>) -> Self {
+        let ns = TestNamespace::new(prefix).await;
+        let name = unique_name(prefix);
+        let var = ns_var.map(|v| format!("{v}={}", ns.name));
+        let mut args = vec![
+            "kube",
+            "gen-controller-artifacts",
+            "--controller",
+            script,
+            "--image",
+            "registry.example/kite-test:v1",
+            "--namespace",
+            &ns.name,
+            "--name",
+            &name,
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        if let Some(v) = &var {
+            args.extend(["--var", v.as_str()]);
+        }
+        let out = kite_output(&args, Duration::from_secs(60)).await;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "gen-controller-artifacts failed: {stderr}"
+        );
+        assert!(!stderr.contains("warning"), "unexpected warnings: {stderr}");
+        let list: Json = serde_json::from_slice(&out.stdout).expect("a JSON List");
+        let objects = list["items"].as_array().expect("items").clone();
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds.first(), Some(&"Namespace"), "{kinds:?}");
+        assert_eq!(kinds.get(1), Some(&"ServiceAccount"), "{kinds:?}");
+        assert_eq!(kinds.last(), Some(&"Deployment"), "{kinds:?}");
+
+        // 1. The whole stream passes the API server's validation and admission.
+        let text = serde_json::to_string(&list).unwrap();
+        let dry = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], &text).await;
+        assert!(
+            dry.status.success(),
+            "dry run: {}",
+            String::from_utf8_lossy(&dry.stderr)
+        );
+
+        // 2. Everything but the Deployment; kite then runs here, as the ServiceAccount.
+        let without: Vec<&Json> = objects
+            .iter()
+            .filter(|o| o["kind"] != "Deployment")
+            .collect();
+        let text = serde_json::to_string(
+            &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": without}),
+        )
+        .unwrap();
+        let applied = kubectl_stdin(&["apply", "-f", "-"], &text).await;
+        assert!(
+            applied.status.success(),
+            "apply: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        let token =
+            kubectl_ok(&["create", "token", &name, "-n", &ns.name, "--duration", "1h"]).await;
+        let token = token.trim().to_owned();
+        let kubeconfig = std::env::temp_dir().join(format!("{name}.kubeconfig"));
+        std::fs::write(&kubeconfig, token_kubeconfig(&token, &ns.name)).unwrap();
+        Deployed {
+            ns,
+            name,
+            objects,
+            token,
+            kubeconfig,
+        }
+    }
+
+    fn user(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.ns.name, self.name)
+    }
+
+    /// `kite run SCRIPT --allow-k8s` with the ServiceAccount's kubeconfig.
+    fn run(&self, script: &str, extra: &[&str]) -> Kite {
+        let kc = self.kubeconfig.display().to_string();
+        let mut args = vec!["run", script, "--allow-k8s", "--kubeconfig", &kc];
+        args.extend_from_slice(extra);
+        Kite::spawn(&args)
+    }
+
+    /// (verb, group, resource) for every verb the generated roles grant.
+    fn granted(&self) -> BTreeSet<(String, String, String)> {
+        let mut out = BTreeSet::new();
+        for o in self
+            .objects
+            .iter()
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+        {
+            for rule in o["rules"].as_array().unwrap() {
+                for field in ["apiGroups", "resources", "verbs"] {
+                    let values = rule[field].as_array().unwrap();
+                    assert!(values.iter().all(|v| v != "*"), "a wildcard in {rule}");
+                }
+                for g in rule["apiGroups"].as_array().unwrap() {
+                    for r in rule["resources"].as_array().unwrap() {
+                        for v in rule["verbs"].as_array().unwrap() {
+                            out.insert((s(v), s(g), s(r)));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// (verb, group, resource) of the requests the API server allowed for this user.
+    /// Server-side apply that creates an object is audited as a patch answered 201; the
+    /// API server checked create for it too.
+    fn used(&self) -> (BTreeSet<(String, String, String)>, Vec<Json>) {
+        let user = self.user();
+        let mut used = BTreeSet::new();
+        let mut denied = Vec::new();
+        for e in audit_events(&format!("\"{user}\"")) {
+            if e["user"]["username"] != user.as_str() {
+                continue;
+            }
+            let code = e["responseStatus"]["code"].as_u64().unwrap_or(0);
+            if code == 403 {
+                denied.push(e.clone());
+                continue;
+            }
+            let o = &e["objectRef"];
+            let mut resource = s(&o["resource"]);
+            if let Some(sub) = o["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            let verb = s(&e["verb"]);
+            let group = s(&o["apiGroup"]);
+            if verb == "patch" && code == 201 {
+                used.insert(("create".to_owned(), group.clone(), resource.clone()));
+            }
+            used.insert((verb, group, resource));
+        }
+        (used, denied)
+    }
+
+    /// Asserts no request was refused, and that every granted verb was used except
+    /// those in `unused`, each with the reason a short run cannot use it.
+    async fn assert_minimal_and_sufficient(
+        &self,
+        kite: &Kite,
+        unused: &[(&str, &str, &str, &str)],
+    ) {
+        let granted = self.granted();
+        let expected_unused: BTreeSet<(String, String, String)> = unused
+            .iter()
+            .map(|(v, g, r, _why)| ((*v).to_owned(), (*g).to_owned(), (*r).to_owned()))
+            .collect();
+        for u in &expected_unused {
+            assert!(
+                granted.contains(u),
+                "{u:?} is listed as unused but is not granted: {granted:?}"
+            );
+        }
+        // The audit log is written asynchronously: wait until everything shows up.
+        let missing = wait_for(
+            "every granted verb in the audit log",
+            Duration::from_secs(30),
+            || async {
+                let (used, _) = self.used();
+                let missing: Vec<_> = granted
+                    .iter()
+                    .filter(|g| !used.contains(*g) && !expected_unused.contains(*g))
+                    .cloned()
+                    .collect();
+                missing.is_empty().then_some(missing)
+            },
+        )
+        .await;
+        assert!(missing.is_empty());
+        let (used, denied) = self.used();
+        assert!(denied.is_empty(), "requests refused with 403: {denied:#?}");
+        for u in &expected_unused {
+            assert!(
+                !used.contains(u),
+                "{u:?} is listed as unused but was used: drop it from the list"
+            );
+        }
+        let log = [kite.stdout(), kite.stderr()].concat().join("\n");
+        assert!(
+            !log.contains("403") && !log.to_lowercase().contains("forbidden"),
+            "kite's log shows a denial:\n{log}"
+        );
+    }
+
+    /// 4. A request the script does not contain is refused.
+    async fn assert_refused(&self, args: &[&str]) {
+        let mut with_token = vec!["--token", self.token.as_str()];
+        with_token.extend_from_slice(args);
+        let out = kubectl(&with_token).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("forbidden"),
+            "{args:?} was not refused: {stderr}"
+        );
+    }
+}
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        // Cluster-scoped roles and Roles in other namespaces outlive the test namespace.
+        for o in &self.objects {
+            let kind = o["kind"].as_str().unwrap_or_default();
+            let ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            let cluster = matches!(kind, "ClusterRole" | "ClusterRoleBinding");
+            let elsewhere = matches!(kind, "Role" | "RoleBinding") && ns != self.ns.name;
+            if cluster || elsewhere {
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                let mut cmd = std::process::Command::new("kubectl");
+                cmd.args([
+                    "delete",
+                    &kind.to_lowercase(),
+                    name,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ]);
+                if elsewhere {
+                    cmd.args(["-n", ns]);
+                }
+                let _ = cmd
+                    .env("KUBECONFIG", kubeconfig())
+                    .stdout(std::process::Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+fn s(v: &Json) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// A kubeconfig for the local cluster that authenticates with `token`.
+fn token_kubeconfig(token: &str, namespace: &str) -> String {
+    let admin = std::fs::read_to_string(kubeconfig()).unwrap();
+    let server = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap();
+    let ca = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority: "))
+        .unwrap();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\n\
+         users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: sa\n  context: {{cluster: local, user: sa, namespace: {namespace}}}\ncurrent-context: sa\n"
+    )
+}
+
+#[tokio::test]
+async fn max_replicas_runs_under_its_inferred_role() {
+    let _port = PORT_8081.lock().await;
+    let d = Deployed::new(
+        "art-maxrep",
+        "examples/max-replicas-controller.star",
+        &[],
+        None,
+    )
+    .await;
+    let kinds: Vec<&str> = d
+        .objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment"
+        ]
+    );
+    let mut kite = d.run("examples/max-replicas-controller.star", &[]);
+    kite.wait_stdout("Starting max-replicas controller", Duration::from_secs(30))
+        .await;
+    let ns = &d.ns.name;
+    kubectl_ok(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--image=nginx",
+        "--replicas=5",
+    ])
+    .await;
+    kubectl_ok(&[
+        "label",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "enforce-max-replicas=true",
+    ])
+    .await;
+    let replicas = || async { jsonpath("deployment", "web", ns, "{.spec.replicas}").await == "3" };
+    wait_until("the drift corrected", Duration::from_secs(20), replicas).await;
+    // A second identical drift: the event is aggregated (read, then its count patched).
+    kubectl_ok(&["scale", "deployment", "web", "-n", ns, "--replicas=5"]).await;
+    wait_until(
+        "the count of the aggregated event is 2",
+        Duration::from_secs(20),
+        || async {
+            let out = kubectl_ok(&[
+                "get",
+                "events",
+                "-n",
+                ns,
+                "--field-selector",
+                "reason=DriftCorrected",
+                "-o",
+                "jsonpath={.items[*].count}",
+            ])
+            .await;
+            out.trim() == "2"
+        },
+    )
+    .await;
+    wait_until(
+        "the drift corrected again",
+        Duration::from_secs(20),
+        replicas,
+    )
+    .await;
+    d.assert_minimal_and_sufficient(&kite, &[]).await;
+    d.assert_refused(&["get", "secrets", "-n", ns]).await;
+    d.assert_refused(&["delete", "deployment", "web", "-n", ns])
+        .await;
+    d.assert_refused(&["get", "deployment", "web", "-n", ns])
+        .await;
+}
+
+#[tokio::test]
+async fn pod_logger_runs_under_a_role_in_default() {
+    let d = Deployed::new(
+        "art-podlog",
+        "examples/pod-logger-controller.star",
+        &[],
+        None,
+    )
+    .await;
+    let roles: Vec<(&str, &str)> = d
+        .objects
+        .iter()
+        .filter(|o| o["kind"].as_str().unwrap().contains("Role"))
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        [("Role", "default"), ("RoleBinding", "default")],
+        "only a Role, in the namespace the script watches"
+    );
+    let mut kite = d.run("examples/pod-logger-controller.star", &[]);
+    kite.wait_stdout("Starting pod logger controller", Duration::from_secs(30))
+        .await;
+    let pod = unique_name("art-pod");
+    kubectl_ok(&[
+        "run",
+        &pod,
+        "-n",
+        "default",
+        "--image=nginx",
+        "--restart=Never",
+    ])
+    .await;
+    kite.wait_stdout(&format!("Pod Name: {pod}"), Duration::from_secs(20))
+        .await;
+    kubectl_ok(&["delete", "pod", &pod, "-n", "default", "--wait=false"]).await;
+    kite.wait_stdout(
+        &format!("Event: DELETED | Pod Name: {pod}"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let why = "the runtime's ReconcileFailed warning: this handler cannot fail";
+    d.assert_minimal_and_sufficient(
+        &kite,
+        &[
+            ("create", "", "events", why),
+            ("get", "", "events", why),
+            ("patch", "", "events", why),
+        ],
+    )
+    .await;
+    d.assert_refused(&["get", "pods", "-n", &d.ns.name]).await;
+    d.assert_refused(&["delete", "pod", "anything", "-n", "default"])
+        .await;
+}
+
+#[tokio::test]
+async fn staticsite_operator_runs_under_its_inferred_role() {
+    let _port = PORT_8081.lock().await;
+    install_staticsite_crd().await;
+    let script = "examples/staticsite/staticsite-controller.star";
+    let d = Deployed::new(
+        "art-site",
+        script,
+        &["--crd", "examples/staticsite/crd.yaml"],
+        None,
+    )
+    .await;
+    let mut kite = d.run(script, &[]);
+    let ns = &d.ns.name;
+    let site = "apiVersion: tutorial.starkite.io/v1\nkind: StaticSite\nmetadata:\n  name: blog\nspec:\n  replicas: 2\n";
+    let out = kubectl_stdin(&["apply", "-n", ns, "-f", "-"], site).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the site Ready", Duration::from_secs(60), || async {
+        jsonpath(
+            "staticsite",
+            "blog",
+            ns,
+            "{.status.conditions[?(@.type==\"Ready\")].status}",
+        )
+        .await
+            == "True"
+    })
+    .await;
+    assert_eq!(
+        jsonpath("service", "blog", ns, "{.metadata.name}").await,
+        "blog"
+    );
+    kubectl_ok(&["delete", "staticsite", "blog", "-n", ns, "--timeout=60s"]).await;
+    kite.wait_stdout(
+        "Performing pre-deletion cleanup for blog",
+        Duration::from_secs(5),
+    )
+    .await;
+    let prune = "pruning: the seed's script always returns both children, so nothing is pruned";
+    let events = "aggregation of an identical event: a short run records each event once";
+    d.assert_minimal_and_sufficient(
+        &kite,
+        &[
+            ("delete", "apps", "deployments", prune),
+            ("delete", "", "services", prune),
+            ("get", "", "events", events),
+            ("patch", "", "events", events),
+        ],
+    )
+    .await;
+    d.assert_refused(&["get", "secrets", "-n", ns]).await;
+    d.assert_refused(&["create", "configmap", "x", "-n", ns])
+        .await;
+}
+
+#[tokio::test]
+async fn leader_elected_controller_runs_under_its_inferred_role() {
+    let script = "tests/scripts/artifacts/leader-labeller.star";
+    // The namespace is chosen with --var, so the whole role is a Role there.
+    let d = Deployed::new("art-leader", script, &[], Some("ns")).await;
+    let ns = d.ns.name.clone();
+    let kinds: Vec<&str> = d
+        .objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Deployment"
+        ]
+    );
+    let var = format!("ns={ns}");
+    let mut kite = d.run(script, &["--var", &var]);
+    kubectl_ok(&["create", "configmap", "c1", "-n", &ns]).await;
+    kubectl_ok(&[
+        "label",
+        "configmap",
+        "c1",
+        "-n",
+        &ns,
+        "kite.test/leader=true",
+    ])
+    .await;
+    kite.wait_stdout("annotated c1", Duration::from_secs(30))
+        .await;
+    // The leader renews its lease (an update) every retry period.
+    wait_until("the lease renewed", Duration::from_secs(30), || async {
+        let (used, _) = d.used();
+        used.contains(&(
+            "update".to_owned(),
+            "coordination.k8s.io".to_owned(),
+            "leases".to_owned(),
+        ))
+    })
+    .await;
+    let holder = jsonpath(
+        "lease",
+        "kite-leader-labeller-configmaps",
+        &ns,
+        "{.spec.holderIdentity}",
+    )
+    .await;
+    assert!(!holder.is_empty(), "the lease has a holder");
+    let why = "the runtime's events: this handler does not fail and returns no children";
+    d.assert_minimal_and_sufficient(
+        &kite,
+        &[
+            ("create", "", "events", why),
+            ("get", "", "events", why),
+            ("patch", "", "events", why),
+        ],
+    )
+    .await;
+    d.assert_refused(&["get", "lease", "other-lease", "-n", &ns])
+        .await;
+    d.assert_refused(&["get", "configmaps", "-n", "default"])
+        .await;
+}
