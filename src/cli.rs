@@ -26,8 +26,59 @@ pub enum Command {
         #[command(subcommand)]
         command: KubeCommand,
     },
+    /// Run StarlarkController resources as in-process controllers (the meta-operator).
+    Operator(OperatorArgs),
+    /// Print the StarlarkController CustomResourceDefinition (YAML).
+    Crd,
     /// Print the version of kite.
     Version,
+}
+
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Watch StarlarkControllers in this namespace only (default: all namespaces).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Serve /healthz, /readyz and /metrics on this port.
+    #[arg(long, value_name = "PORT")]
+    pub health_port: Option<u16>,
+    /// The address the health server binds; 0.0.0.0 inside a pod.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub health_bind: std::net::IpAddr,
+    /// Run only while holding the `kite-operator` Lease (for several replicas).
+    #[arg(long)]
+    pub leader_election: bool,
+    /// The namespace of the Lease (default: the pod's namespace, else "default").
+    #[arg(long, value_name = "NS")]
+    pub leader_election_namespace: Option<String>,
+    /// The ClusterRole bounding what a StarlarkController may be granted.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "starkite-controller-ceiling"
+    )]
+    pub ceiling: String,
+    /// A handler running longer than this is cancelled.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub handler_timeout: std::time::Duration,
+    /// At most one status write per StarlarkController this often.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub status_period: std::time::Duration,
+    /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub grace_period: std::time::Duration,
+    /// The kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: LogFormat,
+    /// More logging (-v: debug, -vv: trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]

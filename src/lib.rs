@@ -12,6 +12,8 @@
 //!   election, metrics, and the standalone `kite run` controller mode.
 //! - [`children`]: children returned by reconcile: ownership, apply, ApplySet pruning,
 //!   readiness and the Ready condition.
+//! - [`operator`]: `kite operator`, the meta-operator: the `StarlarkController` resource,
+//!   validation, generated identities within a ceiling, impersonation, hosted controllers.
 //! - [`rbac`]: least-privilege RBAC inferred from a script (`kite kube rbac`).
 //! - [`http`]: the health and metrics server.
 //! - [`artifacts`]: the manifests and Dockerfile that deploy a script
@@ -29,6 +31,7 @@ pub mod control;
 pub mod duration;
 pub mod http;
 pub mod k8s;
+pub mod operator;
 pub mod rbac;
 pub mod script;
 pub mod version;

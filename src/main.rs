@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 use kite::artifacts;
-use kite::cli::{Cli, Command, InferArgs, KubeCommand, LogFormat, OutputFormat, RunArgs};
+use kite::cli::{
+    Cli, Command, InferArgs, KubeCommand, LogFormat, OperatorArgs, OutputFormat, RunArgs,
+};
 use kite::control::standalone;
 use kite::rbac;
 use kite::script::host::{Host, KubeOptions};
@@ -32,6 +34,17 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Operator(args) => operator(args),
+        Command::Crd => match kite::operator::crd_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Kube { command } => match kube(command) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -40,6 +53,80 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn operator(args: OperatorArgs) -> ExitCode {
+    init_logging(args.log_format, args.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let kube_opts = KubeOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+            dry_run: false,
+        };
+        let (client, config) = kite::k8s::session::connect_config(&kube_opts).await?;
+        let lease_namespace = args.leader_election.then(|| {
+            args.leader_election_namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                })
+                .unwrap_or_else(|| "default".to_owned())
+        });
+        let opts = kite::operator::manager::Options {
+            namespace: args.namespace.clone(),
+            health: args
+                .health_port
+                .map(|p| std::net::SocketAddr::new(args.health_bind, p)),
+            leader_election: lease_namespace,
+            identity: kite::control::leader::default_identity(),
+            ceiling: args.ceiling.clone(),
+            handler_budget: args.handler_timeout,
+            status_period: args.status_period,
+            grace: args.grace_period,
+        };
+        kite::operator::manager::run(client, config, opts, shutdown_signal()).await?;
+        anyhow::Ok(())
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on the first SIGTERM or SIGINT; a second one exits at once.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+    }
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+        tracing::warn!("second signal: exiting at once");
+        std::process::exit(130);
+    });
 }
 
 fn kube(command: KubeCommand) -> anyhow::Result<()> {

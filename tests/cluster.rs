@@ -20,6 +20,30 @@ async fn two_nodes_are_ready() {
     assert_eq!(ready.len(), 2, "kubectl get nodes:\n{out}");
 }
 
+/// The fake nodes heartbeat through leases; without them their status is refreshed only
+/// every 10 minutes and the node lifecycle controller flaps them NotReady.
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_renew_their_leases() {
+    let renew = || async {
+        kubectl_ok(&[
+            "get",
+            "lease",
+            "kwok-node-0",
+            "-n",
+            "kube-node-lease",
+            "-o",
+            "jsonpath={.spec.renewTime}",
+        ])
+        .await
+    };
+    let first = renew().await;
+    assert!(!first.is_empty(), "kwok-node-0 has a lease");
+    wait_until("the lease renewed", Duration::from_secs(40), || async {
+        renew().await != first
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn api_server_reports_v1_37_2() {
     let version = client()

@@ -129,6 +129,36 @@ pub fn render(inference: &Inference, opts: &Options) -> Result<Rendered> {
     Ok(Rendered { objects, warnings })
 }
 
+/// The ServiceAccount `name` in `namespace` and the roles and bindings that grant it
+/// `rules` (with [`crate::rbac::Scope::Own`] meaning `namespace`): the identity
+/// `kite operator` creates for each StarlarkController, rendered as for a deployment.
+///
+/// # Errors
+/// An invalid name or namespace, or a wildcard rule.
+pub fn identity_objects(
+    rules: &crate::rbac::Rules,
+    name: &str,
+    namespace: &str,
+) -> Result<Vec<Json>> {
+    validate_label("the ServiceAccount name", name)?;
+    validate_label("the namespace", namespace)?;
+    let opts = Options {
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        image: String::new(),
+        replicas: 1,
+        vars: Vec::new(),
+        script: PathBuf::new(),
+    };
+    let mut objects = vec![json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(name, namespace, name),
+    })];
+    objects.extend(rbac::objects(&rules.resolved(namespace), &opts)?);
+    Ok(objects)
+}
+
 fn is_builtin_namespace(ns: &str) -> bool {
     matches!(
         ns,

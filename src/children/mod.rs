@@ -216,6 +216,12 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
             ns.unwrap_or_default().to_owned(),
             name.to_owned(),
         ));
+        let rv = |o: &Json| o["metadata"]["resourceVersion"].as_str().map(str::to_owned);
+        // Read before applying: the watch may deliver the applied object before the
+        // comparison below, and a change must still count as one.
+        let before = super::control::informer::Key::of(child)
+            .and_then(|k| watched.store.get(&k))
+            .and_then(|o| rv(&o));
         let applied = ops::apply(ctx.session, child, ns, FIELD_MANAGER, true, false)
             .await
             .map_err(|source| Error::Apply {
@@ -226,8 +232,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         ctx.writes.record(&applied);
         let key = super::control::informer::Key::of(&applied);
         let cached = key.as_ref().and_then(|k| watched.store.get(k));
-        let rv = |o: &Json| o["metadata"]["resourceVersion"].as_str().map(str::to_owned);
-        if cached.as_deref().map(rv) != Some(rv(&applied)) {
+        if before.is_none() || before != rv(&applied) {
             report.changed.push(what.clone());
         }
         // The cache has the freshest status (the apply response may predate a rollout).

@@ -476,6 +476,20 @@ impl Controller {
         )
     }
 
+    /// Appends this controller's metric series, with extra labels (e.g. the operator's
+    /// `starlarkcontroller`), to `out`; the caller writes the headers once.
+    pub fn render_metrics(&self, extra_labels: &[(&str, &str)], out: &mut String) {
+        self.shared.metrics.set_queue_depth(self.shared.queue.len());
+        self.shared
+            .metrics
+            .render(&self.shared.name, extra_labels, out);
+    }
+
+    /// The latest reconcile time and handler error.
+    pub fn latest(&self) -> crate::control::metrics::Latest {
+        self.shared.metrics.latest()
+    }
+
     /// True once the informer cache is synced.
     pub fn is_synced(&self) -> bool {
         self.shared.store.is_synced()

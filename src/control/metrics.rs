@@ -58,6 +58,16 @@ pub struct Metrics {
     retries: AtomicU64,
     watch_restarts: AtomicU64,
     queue_depth: AtomicU64,
+    /// The latest reconcile's end and the latest handler error, for the operator's status.
+    latest: std::sync::Mutex<Latest>,
+}
+
+/// What the operator shows about a controller's most recent work.
+#[derive(Debug, Default, Clone)]
+pub struct Latest {
+    pub reconcile: Option<std::time::SystemTime>,
+    /// The first line of the error, with the script's file:line:col when it has one.
+    pub error: Option<String>,
 }
 
 impl Metrics {
@@ -70,6 +80,9 @@ impl Metrics {
     /// Counts one reconciliation and observes how long it took.
     pub fn record_reconcile(&self, outcome: Outcome, duration: Duration) {
         self.outcomes[outcome as usize].fetch_add(1, Relaxed);
+        if let Ok(mut l) = self.latest.lock() {
+            l.reconcile = Some(std::time::SystemTime::now());
+        }
         let secs = duration.as_secs_f64();
         let slot = BUCKETS
             .iter()
@@ -81,6 +94,18 @@ impl Metrics {
         let _ = self
             .duration_sum_nanos
             .fetch_update(Relaxed, Relaxed, |sum| Some(sum.saturating_add(nanos)));
+    }
+
+    /// Remembers the latest handler error.
+    pub fn record_error(&self, message: String) {
+        if let Ok(mut l) = self.latest.lock() {
+            l.error = Some(message);
+        }
+    }
+
+    /// The latest reconcile time and error.
+    pub fn latest(&self) -> Latest {
+        self.latest.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// Counts a key requeued after an error.

@@ -39,9 +39,25 @@ pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
             shared.queue.add(item);
             continue;
         }
-        match &item {
+        // A panic (a bug in kite, never a script error) must not take the worker and
+        // its key with it: it is logged and counted, and the key retried with backoff.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &item {
             WorkKey::Primary(key) => process(shared, runtime, &item, key),
             WorkKey::Related(i, key) => map_related(shared, *i, key),
+        }));
+        if let Err(panic) = outcome {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            tracing::error!(controller = %shared.name, item = ?item, "worker panicked: {what}");
+            shared
+                .metrics
+                .record_error(format!("internal error (panic): {what}"));
+            shared.queue.done(&item);
+            shared.queue.add_rate_limited(item);
+            continue;
         }
         shared.queue.done(&item);
     }
@@ -194,6 +210,7 @@ fn failed(
     e: &Error,
 ) {
     shared.metrics.record_reconcile(Recorded::Error, elapsed);
+    shared.metrics.record_error(error_summary(&e.to_string()));
     let failures = shared.queue.failures(item) + 1;
     if failures > shared.spec.max_retries {
         shared.queue.forget(item);
@@ -225,6 +242,12 @@ fn failed(
 /// The full error, traceback included, after the one-line reconcile record.
 fn traceback(shared: &Shared, key: &Key, e: &Error) {
     tracing::warn!(controller = %shared.name, key = %key, "handler error for {key}:\n{e}");
+}
+
+/// The error line with its script position, e.g.
+/// `ctrl.star:7:9: k8s.get: pods "x" is forbidden ...`.
+fn error_summary(s: &str) -> String {
+    crate::script::run::summary(s)
 }
 
 fn first_line(s: &str) -> String {

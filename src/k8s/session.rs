@@ -21,6 +21,10 @@ pub enum Error {
     LoadConfig(String),
     #[error("building the Kubernetes client: {0}")]
     BuildClient(#[source] kube::Error),
+    #[error(
+        "k8s.config(kubeconfig=..., context=...) is not available here: this controller runs as its own ServiceAccount (only namespace= may change)"
+    )]
+    SwitchIdentity,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -51,48 +55,17 @@ impl Session {
     /// # Errors
     /// An unreadable kubeconfig, an unknown context, or a client that cannot be built.
     pub async fn connect(key: &SessionKey, defaults: &KubeOptions) -> Result<Self> {
-        let kubeconfig = key.kubeconfig.clone().or_else(|| {
-            defaults
-                .kubeconfig
-                .as_ref()
-                .map(|p| p.display().to_string())
-        });
-        let context = key.context.clone().or_else(|| defaults.context.clone());
-        let options = KubeConfigOptions {
-            context: context.clone(),
-            ..Default::default()
-        };
-        let mut config = match &kubeconfig {
-            Some(path) => {
-                let kc = Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
-                    path: path.clone(),
-                    source,
-                })?;
-                kube::Config::from_custom_kubeconfig(kc, &options)
-                    .await
-                    .map_err(|e| Error::LoadConfig(e.to_string()))?
-            }
-            None if context.is_some() => kube::Config::from_kubeconfig(&options)
-                .await
-                .map_err(|e| Error::LoadConfig(e.to_string()))?,
-            None => kube::Config::infer()
-                .await
-                .map_err(|e| Error::LoadConfig(e.to_string()))?,
-        };
-        // Every API call has a deadline even when the script gives none.
-        config.read_timeout = Some(Duration::from_secs(295));
-        config.connect_timeout = Some(Duration::from_secs(10));
+        let (config, context) = load_config(key, defaults).await?;
         let namespace = key
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
-        let context_name = context.unwrap_or_else(|| current_context(kubeconfig.as_deref()));
         let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
         Ok(Self {
             discovery: Discovery::new(client.clone()),
             client,
             namespace,
-            context: context_name,
+            context,
             dry_run: defaults.dry_run,
         })
     }
@@ -109,6 +82,55 @@ impl Session {
     }
 }
 
+/// A client and the settings it was built from (the operator derives impersonating
+/// clients from them), for the command line's kubeconfig and context.
+///
+/// # Errors
+/// As [`Session::connect`].
+pub async fn connect_config(defaults: &KubeOptions) -> Result<(kube::Client, kube::Config)> {
+    let (config, _) = load_config(&SessionKey::default(), defaults).await?;
+    let client = kube::Client::try_from(config.clone()).map_err(Error::BuildClient)?;
+    Ok((client, config))
+}
+
+/// The configuration for `key` (falling back to `defaults`), with kite's timeouts, and
+/// the name of the context in use.
+async fn load_config(key: &SessionKey, defaults: &KubeOptions) -> Result<(kube::Config, String)> {
+    let kubeconfig = key.kubeconfig.clone().or_else(|| {
+        defaults
+            .kubeconfig
+            .as_ref()
+            .map(|p| p.display().to_string())
+    });
+    let context = key.context.clone().or_else(|| defaults.context.clone());
+    let options = KubeConfigOptions {
+        context: context.clone(),
+        ..Default::default()
+    };
+    let mut config = match &kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
+                path: path.clone(),
+                source,
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| Error::LoadConfig(e.to_string()))?
+        }
+        None if context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| Error::LoadConfig(e.to_string()))?,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::LoadConfig(e.to_string()))?,
+    };
+    // Every API call has a deadline even when the script gives none.
+    config.read_timeout = Some(Duration::from_secs(295));
+    config.connect_timeout = Some(Duration::from_secs(10));
+    let context_name = context.unwrap_or_else(|| current_context(kubeconfig.as_deref()));
+    Ok((config, context_name))
+}
+
 fn current_context(path: Option<&str>) -> String {
     let kc = match path {
         Some(p) => Kubeconfig::read_from(p).ok(),
@@ -121,13 +143,20 @@ fn current_context(path: Option<&str>) -> String {
 #[derive(Default)]
 pub struct SessionCell {
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    /// The one identity a hosted script may use (the operator's impersonating client).
+    pinned: Mutex<Option<Arc<Session>>>,
 }
 
 impl SessionCell {
-    /// Installs a ready session as the default (used by the operator).
-    pub fn set_default(&self, session: Arc<Session>) {
+    /// Makes `session` the default and the only identity: `k8s.config(namespace=...)`
+    /// derives from it, and other kubeconfigs or contexts are refused. The operator pins
+    /// each hosted script to its ServiceAccount this way.
+    pub fn pin(&self, session: Arc<Session>) {
         if let Ok(mut map) = self.sessions.lock() {
-            map.insert(SessionKey::default(), session);
+            map.insert(SessionKey::default(), session.clone());
+        }
+        if let Ok(mut p) = self.pinned.lock() {
+            *p = Some(session);
         }
     }
 
@@ -144,7 +173,20 @@ impl SessionCell {
         if let Some(s) = self.sessions.lock().ok().and_then(|m| m.get(key).cloned()) {
             return Ok(s);
         }
-        let session = Arc::new(runtime.block_on(Session::connect(key, defaults))?);
+        let pinned = self.pinned.lock().ok().and_then(|p| p.clone());
+        let session = match pinned {
+            Some(_) if key.kubeconfig.is_some() || key.context.is_some() => {
+                return Err(Error::SwitchIdentity);
+            }
+            Some(p) => Arc::new(Session {
+                client: p.client.clone(),
+                discovery: p.discovery.clone(),
+                namespace: key.namespace.clone().unwrap_or_else(|| p.namespace.clone()),
+                context: p.context.clone(),
+                dry_run: p.dry_run,
+            }),
+            None => Arc::new(runtime.block_on(Session::connect(key, defaults))?),
+        };
         if let Ok(mut map) = self.sessions.lock() {
             return Ok(map.entry(key.clone()).or_insert(session).clone());
         }

@@ -87,15 +87,44 @@ const HANDLERS: &[&str] = &[
 /// decide is a warning in the result instead.
 pub fn infer(path: &Path, catalog: Catalog, vars: &Vars, extra: &[String]) -> Result<Inference> {
     let source = Source::read(path)?;
-    let index = Index::new(&source);
+    infer_source(path, &source, catalog, vars, extra, None)
+}
+
+/// [`infer`] for script text without a file, shown as `name` (which also names the
+/// default leader-election lease, as the script's file name would). `namespace`
+/// overrides the namespace the script's `k8s.control()` watches.
+///
+/// # Errors
+/// A syntax error.
+pub fn infer_text(
+    name: &str,
+    text: &str,
+    catalog: Catalog,
+    vars: &Vars,
+    namespace: Option<&str>,
+) -> Result<Inference> {
+    let source = Source::from_text(name, text)?;
+    infer_source(Path::new(name), &source, catalog, vars, &[], namespace)
+}
+
+fn infer_source(
+    path: &Path,
+    source: &Source,
+    catalog: Catalog,
+    vars: &Vars,
+    extra: &[String],
+    namespace: Option<&str>,
+) -> Result<Inference> {
+    let index = Index::new(source);
     let mut a = Analyzer {
-        source: &source,
+        source,
         index,
         catalog,
         vars,
         out: Inference::default(),
         clients: HashMap::new(),
         primary: None,
+        namespace_override: namespace.map(str::to_owned),
     };
     for file in &source.outside {
         a.out.warnings.push(format!(
@@ -214,6 +243,8 @@ struct Analyzer<'a> {
     /// Names bound to `k8s.config(...)` clients, with their literal default namespace.
     clients: HashMap<String, Option<String>>,
     primary: Option<Primary>,
+    /// A namespace that replaces the one `k8s.control()` names (the operator's override).
+    namespace_override: Option<String>,
 }
 
 impl<'a> Analyzer<'a> {

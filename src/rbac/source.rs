@@ -80,6 +80,25 @@ impl Source {
     }
 }
 
+impl Source {
+    /// Script text without a file (a StarlarkController's script), shown as `name`. It can
+    /// load no files, so it is the only module.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] with the rendered syntax error.
+    pub fn from_text(name: &str, text: &str) -> Result<Source> {
+        let ast = AstModule::parse(name, text.to_owned(), &crate::script::loader::dialect())
+            .map_err(|e| Error::Parse(e.to_string()))?;
+        Ok(Source {
+            modules: vec![Module {
+                ast,
+                rel: PathBuf::from(name),
+            }],
+            outside: Vec::new(),
+        })
+    }
+}
+
 /// The statements of a module body, flattened.
 pub fn top_level(stmt: &AstStmt) -> Vec<&AstStmt> {
     match &stmt.node {

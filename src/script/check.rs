@@ -34,6 +34,20 @@ impl Error {
 /// [`Error::Lint`] with every problem, one per line; or the parse error.
 pub fn check(path: &Path) -> Result<String, Error> {
     let (ast, _) = parse(path)?;
+    lint(&ast)
+}
+
+/// [`check`] for script text without a file (a StarlarkController's), shown as `name`.
+///
+/// # Errors
+/// As [`check`].
+pub fn check_text(name: &str, text: &str) -> Result<String, Error> {
+    let ast = starlark::syntax::AstModule::parse(name, text.to_owned(), &super::loader::dialect())
+        .map_err(|e| Error::Parse(run::Error::Script(e.to_string())))?;
+    lint(&ast)
+}
+
+fn lint(ast: &starlark::syntax::AstModule) -> Result<String, Error> {
     let names: HashSet<String> = globals().names().map(|n| n.as_str().to_owned()).collect();
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
@@ -56,7 +70,7 @@ pub fn check(path: &Path) -> Result<String, Error> {
             warnings.push(format!("warning: {line}"));
         }
     }
-    for (span, problem) in super::lint::check_calls(&ast) {
+    for (span, problem) in super::lint::check_calls(ast) {
         errors.push(format!("{}: {problem}", position(&span)));
     }
     errors.sort();

@@ -22,7 +22,8 @@ pub struct LoadCache {
 
 /// The loader of one file: resolves relative paths against that file's directory.
 pub struct Loader<'a> {
-    pub dir: PathBuf,
+    /// None for a script without a file, which can load only the built-in modules.
+    pub dir: Option<PathBuf>,
     pub cache: &'a LoadCache,
     pub host: &'a Host,
 }
@@ -40,7 +41,12 @@ impl FileLoader for Loader<'_> {
         if path == "k8s" || path == "@kite//k8s" {
             return self.builtin_k8s().map_err(starlark::Error::new_other);
         }
-        let full = resolve(&self.dir, path);
+        let Some(dir) = &self.dir else {
+            return Err(starlark::Error::new_other(anyhow::anyhow!(
+                "load({path:?}): this script has no directory to load files from; only load(\"k8s\", \"k8s\") is available"
+            )));
+        };
+        let full = resolve(dir, path);
         if let Some(m) = self.cache.done.borrow().get(&full) {
             return Ok(m.clone());
         }
@@ -66,7 +72,7 @@ impl FileLoader for Loader<'_> {
         let ast = AstModule::parse(&display_name(&full), text, &dialect())?;
         self.cache.in_progress.borrow_mut().push(full.clone());
         let loader = Loader {
-            dir: parent(&full),
+            dir: Some(parent(&full)),
             cache: self.cache,
             host: self.host,
         };

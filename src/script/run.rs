@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use starlark::PrintHandler;
 use starlark::environment::{FrozenModule, Module};
@@ -88,10 +89,33 @@ pub enum Finished {
 /// A parse or evaluation error, rendered for the terminal.
 pub fn run(path: &Path, host: &Host) -> Result<Finished> {
     let (ast, source) = parse(path)?;
+    evaluate(ast, &source, Some(script_dir(path)), host, None)
+}
+
+/// Runs script text that has no file (a StarlarkController's script), shown as `name`
+/// in messages. Only `load("k8s", ...)` works: there is no directory to load files from.
+/// Evaluation is cancelled after `budget`, so a looping script cannot hold its thread.
+///
+/// # Errors
+/// A parse or evaluation error, rendered for the terminal.
+pub fn run_text(name: &str, text: &str, host: &Host, budget: Duration) -> Result<Finished> {
+    let ast = AstModule::parse(name, text.to_owned(), &dialect())
+        .map_err(|e| Error::Script(e.to_string()))?;
+    evaluate(ast, text, None, host, Some(budget))
+}
+
+fn evaluate(
+    ast: AstModule,
+    source: &str,
+    dir: Option<PathBuf>,
+    host: &Host,
+    budget: Option<Duration>,
+) -> Result<Finished> {
+    let deadline = budget.map(|b| Instant::now() + b);
     let calls_main = syntax::calls(&ast, "main");
     let cache = LoadCache::default();
     let loader = Loader {
-        dir: script_dir(path),
+        dir,
         cache: &cache,
         host,
     };
@@ -101,6 +125,9 @@ pub fn run(path: &Path, host: &Host) -> Result<Finished> {
             eval.extra = Some(host);
             eval.set_loader(&loader);
             eval.set_print_handler(&StdoutPrinter);
+            if let Some(deadline) = deadline {
+                eval.set_check_cancelled(Box::new(move || Instant::now() >= deadline));
+            }
             eval.eval_module(ast, globals()).and_then(|_| {
                 let main = module.get("main").filter(|m| m.get_type() == "function");
                 match (calls_main, main) {
@@ -122,7 +149,7 @@ pub fn run(path: &Path, host: &Host) -> Result<Finished> {
             .map(Some)
             .map_err(|e| starlark::Error::new_other(anyhow::anyhow!("freezing the script: {e:?}")))
     });
-    for name in host.vars.unused(&source) {
+    for name in host.vars.unused(source) {
         eprintln!("warning: --var {name} is never read by the script");
     }
     let frozen = result.map_err(|e| Error::Script(e.to_string()))?;
@@ -137,9 +164,45 @@ pub fn run(path: &Path, host: &Host) -> Result<Finished> {
     })
 }
 
+/// One line for a rendered diagnostic: `file:line:col: message`, from its `error:` line
+/// and its `-->` position (the innermost one), for status fields and summaries.
+pub fn summary(rendered: &str) -> String {
+    let message = rendered
+        .lines()
+        .find_map(|l| l.strip_prefix("error: "))
+        .or_else(|| rendered.lines().find(|l| !l.trim().is_empty()))
+        .unwrap_or_default()
+        .trim();
+    let position = rendered
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("--> "))
+        .map(str::trim);
+    let line = match position {
+        Some(p) if !message.contains(p) => format!("{p}: {message}"),
+        _ => message.to_owned(),
+    };
+    line.chars().take(1000).collect()
+}
+
 fn script_dir(path: &Path) -> PathBuf {
     let full = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     full.parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_name_the_innermost_position() {
+        let rendered = "Traceback (most recent call last):\n  * e1.star:5, in main\n      f({})\nerror: Key `\"a\"` was not found\n --> e1.star:2:12\n  |\n";
+        assert_eq!(summary(rendered), "e1.star:2:12: Key `\"a\"` was not found");
+        assert_eq!(
+            summary("error: Parse error: x\n--> e2.star:1:1\n"),
+            "e2.star:1:1: Parse error: x"
+        );
+        assert_eq!(summary("plain failure"), "plain failure");
+    }
 }

@@ -67,9 +67,12 @@ spawn kube-scheduler "$kube_dir/kube-scheduler" \
   --authorization-kubeconfig="$state/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --leader-elect=false
 
+# Node leases are the fake nodes' heartbeat: kwok's "fast" stages refresh node status only
+# every 10 minutes and expect leases in between. Without them the node lifecycle
+# controller sees stale nodes, marks them NotReady for a moment, and pods turn unready.
 spawn kwok "$kwok_dir/kwok" \
   --kubeconfig="$state/kubeconfig" --manage-all-nodes=true --config="$kwok_dir/stages.yaml" \
-  --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1
+  --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --node-lease-duration-seconds=40
 
 kc() { kubectl --kubeconfig "$state/kubeconfig" "$@"; }
 for i in 0 1; do

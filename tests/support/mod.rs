@@ -263,6 +263,22 @@ impl Kite {
         }
     }
 
+    /// Waits until a stderr (log) line contains `needle`, and returns that line.
+    pub async fn wait_stderr_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let what = format!("kite stderr to contain {needle:?}");
+        let lines = self.stderr.clone();
+        wait_for(&what, timeout, || {
+            let hit = lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.contains(needle))
+                .cloned();
+            async move { hit }
+        })
+        .await
+    }
+
     /// The process id, for sending signals.
     pub fn pid(&self) -> u32 {
         self.child.id().expect("kite is running")
@@ -381,6 +397,18 @@ pub async fn install_staticsite_crd() {
         "wait",
         "--for=condition=Established",
         "crd/staticsites.tutorial.starkite.io",
+    ])
+    .await;
+}
+
+/// Installs the StarlarkController CRD (idempotent) and waits until it is served.
+pub async fn install_starlarkcontroller_crd() {
+    kubectl_ok(&["apply", "-f", "crds/starlarkcontroller.yaml"]).await;
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/starlarkcontrollers.starkite.io",
     ])
     .await;
 }

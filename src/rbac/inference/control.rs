@@ -44,7 +44,10 @@ impl<'a> Analyzer<'a> {
                 ),
             }
         }
-        let ns = self.ns_arg(args.get("namespace"));
+        let ns = match &self.namespace_override {
+            Some(o) => Ns::Literal(o.clone()),
+            None => self.ns_arg(args.get("namespace")),
+        };
         let resolved = self.kind(module, kind_expr, call, "k8s.control");
         if let Some((resource, kind)) = resolved {
             // The runtime watches every namespace unless told one.

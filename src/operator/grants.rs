@@ -1,0 +1,215 @@
+//! The generated identity of one StarlarkController: its ServiceAccount, roles and
+//! bindings, applied with server-side apply, pruned when the script changes, and
+//! removed when the controller is deleted.
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value as Json, json};
+
+use crate::rbac::Rules;
+
+/// The field manager of everything the operator writes.
+pub const MANAGER: &str = "kite-operator";
+/// Labels every generated object with the uid of its StarlarkController, so objects
+/// the cluster cannot garbage-collect (cluster roles, Roles in other namespaces) can be
+/// found and removed.
+pub const OWNER_LABEL: &str = "starkite.io/owner-uid";
+
+/// The kinds the operator generates.
+const KINDS: &[(&str, &str, &str, bool)] = &[
+    ("", "v1", "ServiceAccount", true),
+    ("rbac.authorization.k8s.io", "v1", "Role", true),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding", true),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole", false),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        false,
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("rendering the RBAC: {0}")]
+    Render(#[from] crate::artifacts::Error),
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        kind: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("listing {kind}: {source}")]
+    List { kind: String, source: kube::Error },
+    #[error("deleting {kind} {name}: {source}")]
+    Delete {
+        kind: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Who the identity belongs to.
+pub struct Owner<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub uid: &'a str,
+}
+
+fn resource(kind: &str) -> Option<(ApiResource, bool)> {
+    KINDS
+        .iter()
+        .find(|k| k.2 == kind)
+        .map(|&(g, v, k, namespaced)| {
+            (
+                ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k)),
+                namespaced,
+            )
+        })
+}
+
+fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
+}
+
+/// Applies the ServiceAccount `service_account` and the roles granting `rules`, then
+/// deletes generated objects of `owner` that are no longer wanted.
+///
+/// # Errors
+/// A wildcard or invalid name, or an API error (the operator retries with backoff).
+pub async fn apply(
+    client: &kube::Client,
+    owner: &Owner<'_>,
+    service_account: &str,
+    rules: &Rules,
+) -> Result<()> {
+    let mut objects = crate::artifacts::identity_objects(rules, service_account, owner.namespace)?;
+    let mut wanted = Vec::new();
+    for obj in &mut objects {
+        label(obj, owner);
+        let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
+        let Some((ar, _)) = resource(&kind) else {
+            continue;
+        };
+        let params = PatchParams::apply(MANAGER).force();
+        api(client, &ar, ns.as_deref())
+            .patch(&name, &params, &Patch::Apply(&*obj))
+            .await
+            .map_err(|source| Error::Apply {
+                kind: kind.clone(),
+                name: name.clone(),
+                source,
+            })?;
+        wanted.push((kind, ns, name));
+    }
+    prune(client, owner.uid, &wanted).await
+}
+
+/// Removes every object generated for the StarlarkController with `uid`.
+///
+/// # Errors
+/// An API error.
+pub async fn remove(client: &kube::Client, uid: &str) -> Result<()> {
+    prune(client, uid, &[]).await
+}
+
+async fn prune(
+    client: &kube::Client,
+    uid: &str,
+    keep: &[(String, Option<String>, String)],
+) -> Result<()> {
+    let selector = ListParams::default().labels(&format!("{OWNER_LABEL}={uid}"));
+    for &(_, _, kind, _) in KINDS {
+        let Some((ar, _)) = resource(kind) else {
+            continue;
+        };
+        let list = api(client, &ar, None)
+            .list_metadata(&selector)
+            .await
+            .map_err(|source| Error::List {
+                kind: kind.to_owned(),
+                source,
+            })?;
+        for item in list.items {
+            let name = item.metadata.name.clone().unwrap_or_default();
+            let ns = item.metadata.namespace.clone();
+            if keep
+                .iter()
+                .any(|(k, n, m)| k == kind && *n == ns && *m == name)
+            {
+                continue;
+            }
+            match api(client, &ar, ns.as_deref())
+                .delete(&name, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Delete {
+                        kind: kind.to_owned(),
+                        name,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Labels `obj` for its owner; objects in the owner's namespace also get an
+/// ownerReference, so the garbage collector removes them with it.
+fn label(obj: &mut Json, owner: &Owner<'_>) {
+    let meta = &mut obj["metadata"];
+    meta["labels"][OWNER_LABEL] = json!(owner.uid);
+    if meta["namespace"].as_str() == Some(owner.namespace) {
+        meta["ownerReferences"] = json!([{
+            "apiVersion": "starkite.io/v1alpha1",
+            "kind": "StarlarkController",
+            "name": owner.name,
+            "uid": owner.uid,
+        }]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_in_its_namespace_labelled_everywhere() {
+        let owner = Owner {
+            name: "c",
+            namespace: "team",
+            uid: "u-1",
+        };
+        let mut here =
+            json!({"kind": "Role", "metadata": {"name": "r", "namespace": "team", "labels": {}}});
+        let mut there = json!({"kind": "ClusterRole", "metadata": {"name": "k", "labels": {}}});
+        label(&mut here, &owner);
+        label(&mut there, &owner);
+        assert_eq!(here["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(here["metadata"]["labels"][OWNER_LABEL], "u-1");
+        assert!(there["metadata"]["ownerReferences"].is_null());
+        assert_eq!(there["metadata"]["labels"][OWNER_LABEL], "u-1");
+        for (_, _, kind, _) in KINDS {
+            let (ar, _) = resource(kind).unwrap();
+            assert!(ar.plural.ends_with('s'), "{}", ar.plural);
+        }
+        assert_eq!(
+            resource("ClusterRoleBinding").unwrap().0.plural,
+            "clusterrolebindings"
+        );
+    }
+}

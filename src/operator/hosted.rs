@@ -1,0 +1,234 @@
+//! One StarlarkController's running controller: its script evaluated under its own
+//! identity, with the resource's overrides, started in-process and stoppable.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::control::controller::{Config, Controller};
+use crate::control::spec::ControlSpec;
+use crate::k8s::session::Session;
+use crate::operator::resource::ControlOverrides;
+use crate::script::host::{Host, KubeOptions};
+use crate::script::permissions::Permissions;
+use crate::script::run::{Finished, run_text};
+use crate::script::vars::Vars;
+
+/// How long a script's top level may run before its controller starts.
+const TOP_LEVEL_BUDGET: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The script failed (the message is the rendered diagnostic with file:line:col).
+    #[error("{0}")]
+    Evaluate(String),
+    #[error("the script never calls k8s.control(), so there is no controller to run")]
+    FindControl,
+    #[error("an override is invalid: {0}")]
+    Override(String),
+    #[error("starting the controller: {0}")]
+    Start(#[from] crate::control::controller::Error),
+    #[error("the script's evaluation thread failed: {0}")]
+    Join(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to run.
+pub struct Plan {
+    /// `<namespace>/<name>`: the controller's name in logs and metrics.
+    pub name: String,
+    /// Shown in messages as the script's file name.
+    pub file_name: String,
+    pub script: String,
+    pub vars: BTreeMap<String, String>,
+    pub overrides: Option<ControlOverrides>,
+    /// The namespace of the StarlarkController: the script's default namespace.
+    pub namespace: String,
+    pub handler_budget: Duration,
+}
+
+/// A running hosted controller.
+pub struct Hosted {
+    pub controller: Controller,
+    /// The kind it watches, as the script names it.
+    pub watching: String,
+    /// Options the operator ignored, for status (health_port, leader_election).
+    pub ignored: Vec<String>,
+}
+
+/// Evaluates the script as `client`'s identity and starts its controller.
+///
+/// # Errors
+/// A script error, a script without `k8s.control()`, a bad override, or a start failure
+/// (an unknown kind).
+pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
+    let runtime = tokio::runtime::Handle::current();
+    let vars = Vars::from_map(plan.vars.clone());
+    // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
+    let permissions = Permissions::from_flags(false, true, false, false, false);
+    let host = Arc::new(Host::new(
+        vars,
+        permissions,
+        runtime,
+        KubeOptions::default(),
+    ));
+    let session = Arc::new(Session::from_client(client, plan.namespace.clone(), false));
+    host.k8s.pin(session.clone());
+    let (file_name, script, eval_host) =
+        (plan.file_name.clone(), plan.script.clone(), host.clone());
+    let finished = tokio::task::spawn_blocking(move || {
+        run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
+    })
+    .await
+    .map_err(|e| Error::Join(e.to_string()))?
+    .map_err(|e| Error::Evaluate(e.to_string()))?;
+    let Finished::Controller { request, handlers } = finished else {
+        return Err(Error::FindControl);
+    };
+    let mut spec = request.spec;
+    let ignored = ignore_hosting_options(&mut spec);
+    if let Some(o) = &plan.overrides {
+        apply_overrides(&mut spec, o).map_err(Error::Override)?;
+    }
+    let watching = spec.kind.clone();
+    let config = Config {
+        name: plan.name,
+        spec,
+        handlers,
+        host,
+        session,
+        handler_budget: plan.handler_budget,
+        leader: None,
+    };
+    let controller = Controller::start(config).await?;
+    Ok(Hosted {
+        controller,
+        watching,
+        ignored,
+    })
+}
+
+/// Health and leader election belong to the operator in a hosted script.
+fn ignore_hosting_options(spec: &mut ControlSpec) -> Vec<String> {
+    let mut ignored = Vec::new();
+    if let Some(port) = spec.health_port.take() {
+        ignored.push(format!(
+            "health_port={port} (the operator serves /healthz and /readyz)"
+        ));
+    }
+    if spec.leader_election {
+        spec.leader_election = false;
+        ignored.push(
+            "leader_election=True (the operator elects one leader for all controllers)".into(),
+        );
+    }
+    ignored
+}
+
+/// Applies a StarlarkController's `spec.control` to what the script asked for.
+///
+/// # Errors
+/// A malformed duration or an out-of-range count, naming the field.
+pub fn apply_overrides(spec: &mut ControlSpec, o: &ControlOverrides) -> Result<(), String> {
+    let duration = |field: &str, v: &str| {
+        crate::duration::parse(v).map_err(|e| format!("spec.control.{field}: {e}"))
+    };
+    if let Some(ns) = &o.namespace {
+        spec.namespace = Some(ns.clone());
+    }
+    if let Some(l) = &o.labels {
+        spec.labels = Some(l.clone());
+    }
+    if let Some(f) = &o.field_selector {
+        spec.field_selector = Some(f.clone());
+    }
+    if let Some(p) = &o.poll {
+        spec.poll = Some(duration("poll", p)?).filter(|d| !d.is_zero());
+    }
+    if let Some(r) = &o.resync {
+        spec.resync = Some(duration("resync", r)?).filter(|d| !d.is_zero());
+    }
+    if let Some(w) = o.workers {
+        if !(1..=64).contains(&w) {
+            return Err(format!("spec.control.workers: {w} is not between 1 and 64"));
+        }
+        spec.workers = w as usize;
+    }
+    if let Some(g) = o.generation_changed {
+        spec.generation_changed = g;
+    }
+    if let Some(m) = o.max_retries {
+        spec.max_retries = m;
+    }
+    if let Some(b) = &o.backoff {
+        spec.backoff = duration("backoff", b)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ControlSpec {
+        ControlSpec {
+            kind: "deployments".into(),
+            namespace: None,
+            labels: None,
+            field_selector: None,
+            poll: None,
+            resync: None,
+            health_port: Some(8081),
+            generation_changed: false,
+            watch_owned: vec![],
+            watch_related: vec![],
+            workers: 1,
+            max_retries: 5,
+            backoff: Duration::from_secs(5),
+            leader_election: true,
+            leader_election_id: None,
+            leader_election_namespace: None,
+            identity: None,
+            finalizer: None,
+            reconcile_arity: Some(1),
+        }
+    }
+
+    #[test]
+    fn overrides_replace_the_scripts_options() {
+        let mut s = spec();
+        let o = ControlOverrides {
+            namespace: Some("team".into()),
+            labels: Some("a=b".into()),
+            poll: Some("1m30s".into()),
+            workers: Some(4),
+            max_retries: Some(0),
+            ..Default::default()
+        };
+        apply_overrides(&mut s, &o).unwrap();
+        assert_eq!(s.namespace.as_deref(), Some("team"));
+        assert_eq!(s.labels.as_deref(), Some("a=b"));
+        assert_eq!(s.poll, Some(Duration::from_secs(90)));
+        assert_eq!((s.workers, s.max_retries), (4, 0));
+        let bad = ControlOverrides {
+            backoff: Some("soon".into()),
+            ..Default::default()
+        };
+        assert!(
+            apply_overrides(&mut s, &bad)
+                .unwrap_err()
+                .starts_with("spec.control.backoff: ")
+        );
+    }
+
+    #[test]
+    fn health_and_leader_election_are_ignored_and_said_so() {
+        let mut s = spec();
+        let ignored = ignore_hosting_options(&mut s);
+        assert_eq!(s.health_port, None);
+        assert!(!s.leader_election);
+        assert_eq!(ignored.len(), 2);
+        assert!(ignored[0].starts_with("health_port=8081"));
+    }
+}

@@ -1,0 +1,23 @@
+//! The meta-operator: `StarlarkController` resources run as in-process controllers.
+//!
+//! [`manager::run`] watches StarlarkControllers; [`reconciler`] validates each script,
+//! generates its ServiceAccount and RBAC ([`grants`]) within the administrator's
+//! [`ceiling`], and runs it ([`hosted`]) with a client that impersonates that account
+//! ([`identity`]). [`registry`] holds the running controllers, [`status`] what is
+//! reported. `kite crd` prints the [`resource`]'s definition, kept in
+//! `crds/starlarkcontroller.yaml`.
+
+pub mod ceiling;
+pub mod grants;
+pub mod hosted;
+pub mod identity;
+pub mod manager;
+pub mod reconciler;
+pub mod registry;
+pub mod resource;
+pub mod status;
+
+pub use resource::{
+    ControlOverrides, Phase, ScriptSource, StarlarkController, StarlarkControllerSpec,
+    StarlarkControllerStatus, crd_yaml,
+};

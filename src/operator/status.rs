@@ -1,0 +1,164 @@
+//! The status of a StarlarkController: what the operator decided about it, plus the
+//! running controller's counts, written at most once per flush period.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::resource::{Phase, StarlarkControllerStatus};
+
+/// One condition as the reconciler decides it; the transition time is kept from the
+/// previous status while the condition's status does not change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub type_: &'static str,
+    pub ok: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Verdict {
+    pub fn yes(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Verdict {
+            type_,
+            ok: true,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn no(type_: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Verdict {
+            type_,
+            ok: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What the last reconcile of one StarlarkController decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub generation: i64,
+    pub phase: Phase,
+    /// ScriptValid, RBACReady and Ready, in that order.
+    pub conditions: Vec<Verdict>,
+    /// An error from validating or starting the controller.
+    pub error: Option<String>,
+    pub watching: Option<String>,
+    pub service_account: Option<String>,
+    pub started_at: Option<Time>,
+}
+
+/// What the running controller reports.
+#[derive(Debug, Clone, Default)]
+pub struct Live {
+    pub reconciles: u64,
+    pub errors: u64,
+    pub last_error: Option<String>,
+    pub last_reconcile: Option<std::time::SystemTime>,
+}
+
+fn time_of(t: std::time::SystemTime) -> Option<Time> {
+    Timestamp::try_from(t).ok().map(Time)
+}
+
+/// The status to write, given the previous one (for transition times).
+pub fn render(
+    outcome: &Outcome,
+    live: &Live,
+    previous: Option<&StarlarkControllerStatus>,
+) -> StarlarkControllerStatus {
+    let now = Time(Timestamp::now());
+    let conditions = outcome
+        .conditions
+        .iter()
+        .map(|v| {
+            let status = if v.ok { "True" } else { "False" };
+            let since = previous
+                .and_then(|p| {
+                    p.conditions
+                        .iter()
+                        .find(|c| c.type_ == v.type_ && c.status == status)
+                })
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: v.type_.to_owned(),
+                status: status.to_owned(),
+                reason: v.reason.clone(),
+                message: v.message.clone(),
+                last_transition_time: since,
+                observed_generation: Some(outcome.generation),
+            }
+        })
+        .collect();
+    StarlarkControllerStatus {
+        conditions,
+        phase: Some(outcome.phase),
+        observed_generation: Some(outcome.generation),
+        watching: outcome.watching.clone(),
+        reconciles: live.reconciles,
+        errors: live.errors,
+        last_error: outcome.error.clone().or_else(|| live.last_error.clone()),
+        last_reconcile_time: live.last_reconcile.and_then(time_of),
+        service_account: outcome.service_account.clone(),
+        started_at: outcome.started_at.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(ok: bool) -> Outcome {
+        Outcome {
+            generation: 3,
+            phase: if ok { Phase::Running } else { Phase::Failed },
+            conditions: vec![Verdict {
+                type_: "Ready",
+                ok,
+                reason: "R".into(),
+                message: "m".into(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn transition_times_survive_unchanged_conditions() {
+        let first = render(&outcome(true), &Live::default(), None);
+        let mut earlier = first.clone();
+        earlier.conditions[0].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        let again = render(&outcome(true), &Live::default(), Some(&earlier));
+        assert_eq!(
+            again.conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
+        let flipped = render(&outcome(false), &Live::default(), Some(&earlier));
+        assert_ne!(
+            flipped.conditions[0].last_transition_time,
+            Time(Timestamp::UNIX_EPOCH)
+        );
+        assert_eq!(flipped.observed_generation, Some(3));
+        assert_eq!(flipped.conditions[0].observed_generation, Some(3));
+    }
+
+    #[test]
+    fn an_outcome_error_wins_over_the_controllers() {
+        let mut o = outcome(false);
+        o.error = Some("c.star:1:1: bad".into());
+        let live = Live {
+            errors: 2,
+            last_error: Some("later".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            render(&o, &live, None).last_error.as_deref(),
+            Some("c.star:1:1: bad")
+        );
+        let live_only = render(&outcome(true), &live, None);
+        assert_eq!(live_only.last_error.as_deref(), Some("later"));
+        assert_eq!(live_only.errors, 2);
+    }
+}

@@ -1,0 +1,187 @@
+//! `kite operator` with many StarlarkControllers: 50 become Ready and each corrects drift
+//! on its own deployment; the operator's memory is reported as they come and go; after a
+//! restart every controller resumes. A binary of its own, so nothing else runs meanwhile.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use support::*;
+
+const MAX_REPLICAS: &str = include_str!("../examples/max-replicas-controller.star");
+const COUNT: usize = 50;
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+async fn ready_count(ns: &str) -> usize {
+    let out = kubectl(&["get", "slc", "-n", ns, "-o", "json"]).await;
+    let list: Json = serde_json::from_slice(&out.stdout).unwrap_or(Json::Null);
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| {
+                    i["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+async fn apply_all(ns: &str, objects: Vec<Json>) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let out = kubectl_stdin(&["apply", "-n", ns, "-f", "-"], &list.to_string()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn controllers(ns: &str) -> Vec<Json> {
+    (0..COUNT)
+        .map(|i| {
+            json!({
+                "apiVersion": "starkite.io/v1alpha1",
+                "kind": "StarlarkController",
+                "metadata": {"name": format!("limit-{i}")},
+                "spec": {
+                    "script": MAX_REPLICAS,
+                    "vars": {"max_replicas": "3"},
+                    "control": {"namespace": ns, "labels": format!("enforce-max-replicas=true,slc={i}")},
+                },
+            })
+        })
+        .collect()
+}
+
+/// Paused deployments: the controllers only read and patch spec.replicas, so no pods are
+/// needed, and 50 of them stay cheap on a small machine.
+fn deployments(replicas: u32) -> Vec<Json> {
+    (0..COUNT)
+        .map(|i| {
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": format!("web-{i}"), "labels": {"enforce-max-replicas": "true", "slc": i.to_string()}},
+                "spec": {
+                    "replicas": replicas,
+                    "paused": true,
+                    "selector": {"matchLabels": {"app": format!("web-{i}")}},
+                    "template": {"metadata": {"labels": {"app": format!("web-{i}")}},
+                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+                },
+            })
+        })
+        .collect()
+}
+
+async fn all_corrected(ns: &str, want: &str) -> bool {
+    let out = kubectl(&[
+        "get",
+        "deployments",
+        "-n",
+        ns,
+        "-l",
+        "enforce-max-replicas=true",
+        "-o",
+        "jsonpath={.items[*].spec.replicas}",
+    ])
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let values: Vec<&str> = text.split_whitespace().collect();
+    values.len() == COUNT && values.iter().all(|v| *v == want)
+}
+
+fn start_operator(ns: &str, ceiling: &str, port: u16) -> Kite {
+    Kite::spawn(&[
+        "operator",
+        "--namespace",
+        ns,
+        "--ceiling",
+        ceiling,
+        "--health-port",
+        &port.to_string(),
+        "--status-period",
+        "2s",
+    ])
+}
+
+#[tokio::test]
+async fn fifty_controllers_in_one_operator_and_a_restart() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-scale").await;
+    let ns = ns.name.as_str();
+    let ceiling = unique_name("slc-scale-ceiling");
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ceiling},
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
+                  {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]});
+    let out = kubectl_stdin(&["apply", "-f", "-"], &role.to_string()).await;
+    assert!(out.status.success());
+    let port = free_port();
+    let mut op = start_operator(ns, &ceiling, port);
+    op.wait_stderr_line("serving /healthz", Duration::from_secs(30))
+        .await;
+    let idle = rss_mb(op.pid());
+
+    apply_all(ns, deployments(5)).await;
+    apply_all(ns, controllers(ns)).await;
+    wait_until(
+        "50 StarlarkControllers Ready",
+        Duration::from_secs(120),
+        || async { ready_count(ns).await == COUNT },
+    )
+    .await;
+    wait_until(
+        "every deployment corrected to 3",
+        Duration::from_secs(60),
+        || all_corrected(ns, "3"),
+    )
+    .await;
+    let with_50 = rss_mb(op.pid());
+
+    // They come and go: delete all, create all again.
+    kubectl_ok(&["delete", "slc", "--all", "-n", ns, "--timeout=120s"]).await;
+    let after_delete = rss_mb(op.pid());
+    apply_all(ns, controllers(ns)).await;
+    wait_until("50 Ready again", Duration::from_secs(120), || async {
+        ready_count(ns).await == COUNT
+    })
+    .await;
+    let again = rss_mb(op.pid());
+    eprintln!(
+        "kite operator RSS: {idle:.1} MB idle, {with_50:.1} MB with {COUNT} controllers, {after_delete:.1} MB after deleting them, {again:.1} MB with {COUNT} again"
+    );
+
+    // Restart: every controller resumes and corrects drift again.
+    sigterm(op.pid());
+    assert!(
+        op.wait(Duration::from_secs(60)).await.success(),
+        "a clean shutdown"
+    );
+    apply_all(ns, deployments(6)).await;
+    let mut op = start_operator(ns, &ceiling, port);
+    wait_until(
+        "every deployment corrected after the restart",
+        Duration::from_secs(120),
+        || all_corrected(ns, "3"),
+    )
+    .await;
+    kubectl_ok(&["delete", "slc", "--all", "-n", ns, "--timeout=120s"]).await;
+    sigterm(op.pid());
+    op.wait(Duration::from_secs(60)).await;
+    let _ = kubectl(&["delete", "clusterrole", &ceiling]).await;
+}

@@ -1,0 +1,704 @@
+//! `kite operator` against the local cluster: StarlarkControllers become Ready and
+//! work, reload on change, report invalid scripts and ceiling denials, run as their own
+//! ServiceAccount, and stop cleanly when deleted. Each test runs its own operator,
+//! restricted to its namespace and with its own ceiling.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use support::*;
+
+const MAX_REPLICAS: &str = include_str!("../examples/max-replicas-controller.star");
+
+/// The verbs the max-replicas example needs, as an administrator would allow them.
+const MAX_REPLICAS_CEILING: &str = r#"[
+  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
+  {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
+]"#;
+
+/// A ceiling ClusterRole for one test, deleted when dropped.
+struct Ceiling(String);
+
+impl Ceiling {
+    async fn new(rules: &str) -> Self {
+        let name = unique_name("slc-ceiling");
+        let role = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": serde_json::from_str::<Json>(rules).unwrap(),
+        });
+        let out = kubectl_stdin(&["apply", "-f", "-"], &role.to_string()).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ceiling(name)
+    }
+}
+
+impl Drop for Ceiling {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "clusterrole",
+                &self.0,
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// An operator for `ns`, ready to serve.
+struct Operator {
+    kite: Kite,
+    port: u16,
+    ns: String,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        // Deleting what is left while the operator still runs removes the cluster-scoped
+        // roles too; if it cannot, the finalizers go, or the namespace could never finish
+        // deleting once the operator is gone.
+        let kubectl = |args: &[&str]| {
+            std::process::Command::new("kubectl")
+                .args(args)
+                .env("KUBECONFIG", kubeconfig())
+                .stderr(std::process::Stdio::null())
+                .output()
+        };
+        let _ = kubectl(&["delete", "slc", "--all", "-n", &self.ns, "--timeout=20s"]);
+        let Ok(out) = kubectl(&["get", "slc", "-n", &self.ns, "-o", "name"]) else {
+            return;
+        };
+        for name in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = kubectl(&[
+                "patch",
+                name,
+                "-n",
+                &self.ns,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
+impl Operator {
+    async fn start(ns: &str, ceiling: &Ceiling) -> Self {
+        let port = free_port().to_string();
+        let kite = Kite::spawn(&[
+            "operator",
+            "--namespace",
+            ns,
+            "--ceiling",
+            &ceiling.0,
+            "--health-port",
+            &port,
+            "--status-period",
+            "1s",
+        ]);
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        wait_until("the operator ready", Duration::from_secs(30), || async {
+            curl(&url).await.is_some_and(|b| b.trim() == "ok")
+        })
+        .await;
+        Operator {
+            kite,
+            port: port.parse().unwrap(),
+            ns: ns.to_owned(),
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        curl(&format!("http://127.0.0.1:{}/metrics", self.port))
+            .await
+            .unwrap_or_default()
+    }
+}
+
+async fn curl(url: &str) -> Option<String> {
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-f", "-m", "2", url])
+        .output()
+        .await
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+async fn apply_slc(ns: &str, name: &str, spec: Json) {
+    let obj = json!({
+        "apiVersion": "starkite.io/v1alpha1",
+        "kind": "StarlarkController",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    });
+    let out = kubectl_stdin(&["apply", "-f", "-"], &obj.to_string()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn status(ns: &str, name: &str) -> Json {
+    let out = kubectl(&["get", "slc", name, "-n", ns, "-o", "json"]).await;
+    serde_json::from_slice::<Json>(&out.stdout)
+        .map(|o| o["status"].clone())
+        .unwrap_or(Json::Null)
+}
+
+fn condition<'a>(status: &'a Json, type_: &str) -> &'a Json {
+    status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Json::Null)
+}
+
+/// Waits until the condition has `value` and returns the status.
+async fn wait_condition(ns: &str, name: &str, type_: &str, value: &str, timeout: Duration) -> Json {
+    let what = format!("{name}: {type_}={value}");
+    wait_for(&what, timeout, || async {
+        let s = status(ns, name).await;
+        (condition(&s, type_)["status"] == value).then_some(s)
+    })
+    .await
+}
+
+fn max_replicas_spec(ns: &str, max: &str) -> Json {
+    json!({"script": MAX_REPLICAS, "vars": {"max_replicas": max}, "control": {"namespace": ns}})
+}
+
+async fn drifted(ns: &str, deployment: &str, replicas: &str) {
+    kubectl_ok(&[
+        "scale",
+        "deployment",
+        deployment,
+        "-n",
+        ns,
+        &format!("--replicas={replicas}"),
+    ])
+    .await;
+}
+
+async fn replicas_become(ns: &str, deployment: &str, want: &str) {
+    wait_until(
+        &format!("{deployment} at {want} replicas"),
+        Duration::from_secs(5),
+        || async { jsonpath("deployment", deployment, ns, "{.spec.replicas}").await == want },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn max_replicas_is_ready_corrects_drift_and_reloads() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-max").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let mut op = Operator::start(ns, &ceiling).await;
+    let pid = op.kite.pid();
+
+    // 1. Ready within 5 s, with the columns users see.
+    apply_slc(ns, "max-replicas", max_replicas_spec(ns, "3")).await;
+    let s = wait_condition(ns, "max-replicas", "Ready", "True", Duration::from_secs(5)).await;
+    assert_eq!(s["phase"], "Running");
+    assert_eq!(s["watching"], "deployments");
+    assert_eq!(s["serviceAccount"], "starkite-max-replicas");
+    assert_eq!(s["observedGeneration"], 1);
+    assert_eq!(condition(&s, "ScriptValid")["status"], "True");
+    assert_eq!(condition(&s, "RBACReady")["status"], "True");
+    let ready = condition(&s, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        ready.contains("ignored: health_port=8081"),
+        "the operator says it ignores health_port: {ready}"
+    );
+    let table = kubectl_ok(&["get", "starlarkcontrollers", "-n", ns]).await;
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..3],
+        ["max-replicas", "deployments", "True"],
+        "{table}"
+    );
+    let described = kubectl_ok(&["describe", "slc", "max-replicas", "-n", ns]).await;
+    for needle in ["ScriptValid", "RBACReady", "Started"] {
+        assert!(
+            described.contains(needle),
+            "describe shows {needle}:\n{described}"
+        );
+    }
+    // The override confines the watch to this namespace: its role is a Role here.
+    let roles = kubectl_ok(&["get", "roles", "-n", ns, "-o", "name"]).await;
+    assert_eq!(
+        roles.trim(),
+        "role.rbac.authorization.k8s.io/starkite-max-replicas"
+    );
+
+    // The seed's walkthrough: drift is corrected.
+    kubectl_ok(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--image=nginx",
+        "--replicas=5",
+    ])
+    .await;
+    kubectl_ok(&[
+        "label",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "enforce-max-replicas=true",
+    ])
+    .await;
+    replicas_become(ns, "web", "3").await;
+    op.kite
+        .wait_stdout("[DRIFT DETECTED]", Duration::from_secs(5))
+        .await;
+    wait_until(
+        "reconciles counted in status",
+        Duration::from_secs(10),
+        || async {
+            status(ns, "max-replicas").await["reconciles"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0
+        },
+    )
+    .await;
+
+    // 2. Hot reload: a new limit applies within 5 s, in the same process.
+    apply_slc(ns, "max-replicas", max_replicas_spec(ns, "5")).await;
+    wait_until("observedGeneration 2", Duration::from_secs(5), || async {
+        status(ns, "max-replicas").await["observedGeneration"] == 2
+    })
+    .await;
+    drifted(ns, "web", "6").await;
+    replicas_become(ns, "web", "5").await;
+    assert_eq!(op.kite.pid(), pid, "the operator was not restarted");
+    let described = kubectl_ok(&["describe", "slc", "max-replicas", "-n", ns]).await;
+    assert!(described.contains("Reloaded"), "{described}");
+    let metrics = op.metrics().await;
+    assert!(
+        metrics.contains(&format!("starlarkcontroller=\"{ns}/max-replicas\"")),
+        "per-controller series: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_script_is_reported_and_a_fix_makes_it_ready() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-bad").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let _op = Operator::start(ns, &ceiling).await;
+    let broken = "def reconcile(d):\n    print(d.metadata.name)\n\nk8s.control(\"deployments\", reconcile = reconcile,\n";
+    apply_slc(
+        ns,
+        "broken",
+        json!({"script": broken, "control": {"namespace": ns}}),
+    )
+    .await;
+    let s = wait_condition(
+        ns,
+        "broken",
+        "ScriptValid",
+        "False",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(condition(&s, "Ready")["status"], "False");
+    assert_eq!(s["phase"], "Failed");
+    let message = condition(&s, "ScriptValid")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("broken.star:"),
+        "names the place: {message}"
+    );
+    let err = kubectl(&["get", "serviceaccount", "starkite-broken", "-n", ns]).await;
+    assert!(
+        !err.status.success(),
+        "nothing is granted for an invalid script"
+    );
+
+    // An unknown name is caught before anything runs, with line:col.
+    let undefined = "def reconcile(d):\n    print(undefined_thing)\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    apply_slc(
+        ns,
+        "broken",
+        json!({"script": undefined, "control": {"namespace": ns}}),
+    )
+    .await;
+    let s = wait_for("the lint error", Duration::from_secs(10), || async {
+        let s = status(ns, "broken").await;
+        let m = condition(&s, "ScriptValid")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        m.contains("broken.star:2:11").then_some(s)
+    })
+    .await;
+    assert_eq!(s["observedGeneration"], 2);
+
+    let fixed = "def reconcile(d):\n    print(d.metadata.name)\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    apply_slc(
+        ns,
+        "broken",
+        json!({"script": fixed, "control": {"namespace": ns}}),
+    )
+    .await;
+    wait_condition(ns, "broken", "Ready", "True", Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn rules_beyond_the_ceiling_start_nothing() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-ceil").await;
+    let ns = ns.name.as_str();
+    // No patch on deployments: the max-replicas script needs it.
+    let ceiling = Ceiling::new(
+        r#"[{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]"#,
+    )
+    .await;
+    let _op = Operator::start(ns, &ceiling).await;
+    apply_slc(ns, "greedy", max_replicas_spec(ns, "3")).await;
+    let s = wait_condition(ns, "greedy", "RBACReady", "False", Duration::from_secs(10)).await;
+    let message = condition(&s, "RBACReady")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("patch on deployments.apps"),
+        "names the rule: {message}"
+    );
+    assert!(message.contains(&ceiling.0), "names the ceiling: {message}");
+    assert_eq!(condition(&s, "Ready")["status"], "False");
+    let sa = kubectl(&["get", "serviceaccount", "starkite-greedy", "-n", ns]).await;
+    assert!(
+        !sa.status.success(),
+        "nothing is granted beyond the ceiling"
+    );
+    let described = kubectl_ok(&["describe", "slc", "greedy", "-n", ns]).await;
+    assert!(described.contains("RBACDenied"), "{described}");
+}
+
+#[tokio::test]
+async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-who").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(
+        r#"[{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch", "get"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]"#,
+    )
+    .await;
+    let op = Operator::start(ns, &ceiling).await;
+    // The secret's kind is computed, so inference cannot grant it: the read is refused.
+    let script = "def reconcile(cm):\n    k8s.get(\"sec\" + \"rets\", \"anything\")\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
+    apply_slc(
+        ns,
+        "nosy",
+        json!({"script": script, "control": {"namespace": ns, "maxRetries": 0}}),
+    )
+    .await;
+    wait_condition(ns, "nosy", "Ready", "True", Duration::from_secs(10)).await;
+    kubectl_ok(&["create", "configmap", "c1", "-n", ns]).await;
+    let s = wait_for("a 403 in lastError", Duration::from_secs(15), || async {
+        let s = status(ns, "nosy").await;
+        s["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("forbidden"))
+            .then_some(s)
+    })
+    .await;
+    let last = s["lastError"].as_str().unwrap();
+    assert!(
+        last.contains("nosy.star:2:"),
+        "names the script line: {last}"
+    );
+    assert!(s["errors"].as_u64().unwrap_or(0) >= 1, "{s}");
+
+    // The API server saw the ServiceAccount, not the operator.
+    let user = format!("system:serviceaccount:{ns}:starkite-nosy");
+    let seen = wait_for(
+        "audit entries as the ServiceAccount",
+        Duration::from_secs(15),
+        || async {
+            let events: Vec<Json> = audit_events(&format!("\"{user}\""))
+                .into_iter()
+                .filter(|e| e["impersonatedUser"]["username"] == user.as_str())
+                .collect();
+            let listed = events
+                .iter()
+                .any(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "configmaps");
+            let refused = events.iter().any(|e| {
+                e["objectRef"]["resource"] == "secrets" && e["responseStatus"]["code"] == 403
+            });
+            (listed && refused).then_some(events.len())
+        },
+    )
+    .await;
+    assert!(seen > 0);
+
+    // Deletion stops the controller and removes its identity.
+    kubectl_ok(&["delete", "slc", "nosy", "-n", ns, "--timeout=30s"]).await;
+    for kind in ["serviceaccount", "role", "rolebinding"] {
+        wait_until(
+            &format!("the {kind} gone"),
+            Duration::from_secs(30),
+            || async {
+                !kubectl(&["get", kind, "starkite-nosy", "-n", ns])
+                    .await
+                    .status
+                    .success()
+            },
+        )
+        .await;
+    }
+    wait_until(
+        "no series for the deleted controller",
+        Duration::from_secs(10),
+        || async { !op.metrics().await.contains("/nosy\"") },
+    )
+    .await;
+    assert!(
+        count(&op.kite.stderr(), "controller stopped") >= 1,
+        "{:?}",
+        op.kite.stderr()
+    );
+}
+
+#[tokio::test]
+async fn with_two_operators_exactly_one_leads() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-ha").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let start = || {
+        let port = free_port();
+        let kite = Kite::spawn(&[
+            "operator",
+            "--namespace",
+            ns,
+            "--ceiling",
+            &ceiling.0,
+            "--health-port",
+            &port.to_string(),
+            "--leader-election",
+            "--leader-election-namespace",
+            ns,
+            "--status-period",
+            "1s",
+        ]);
+        (kite, port)
+    };
+    let (first, first_port) = start();
+    let (second, second_port) = start();
+    let leader = |port: u16| async move {
+        let m = curl(&format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap_or_default();
+        m.lines()
+            .find_map(|l| l.strip_prefix("kite_operator_leader "))
+            .map(str::to_owned)
+    };
+    let (a, b) = wait_for(
+        "one leader and one standby",
+        Duration::from_secs(30),
+        || async {
+            let (a, b) = (leader(first_port).await?, leader(second_port).await?);
+            (a != b).then_some((a, b))
+        },
+    )
+    .await;
+    let (leading_port, standby_port) = if a == "1" {
+        (first_port, second_port)
+    } else {
+        (second_port, first_port)
+    };
+    assert_eq!(
+        [a.as_str(), b.as_str()]
+            .iter()
+            .filter(|x| **x == "1")
+            .count(),
+        1
+    );
+    let ready = |port: u16| async move {
+        curl(&format!("http://127.0.0.1:{port}/readyz"))
+            .await
+            .is_some()
+    };
+    wait_until("the leader ready", Duration::from_secs(15), || {
+        ready(leading_port)
+    })
+    .await;
+    assert!(!ready(standby_port).await, "the standby is not ready");
+    let holder = jsonpath("lease", "kite-operator", ns, "{.spec.holderIdentity}").await;
+    assert!(!holder.is_empty());
+
+    // Only the leader runs controllers: one Started event, one running controller.
+    apply_slc(ns, "max-replicas", max_replicas_spec(ns, "3")).await;
+    wait_condition(ns, "max-replicas", "Ready", "True", Duration::from_secs(10)).await;
+    let running = |port: u16| async move {
+        let m = curl(&format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap_or_default();
+        m.lines()
+            .find_map(|l| l.strip_prefix("kite_operator_controllers "))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert_eq!(running(leading_port).await, "1");
+    assert_eq!(running(standby_port).await, "0");
+    drop((first, second));
+}
+
+#[tokio::test]
+async fn a_script_from_a_configmap_reloads_when_it_changes() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-cm").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(
+        r#"[{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]"#,
+    )
+    .await;
+    let mut op = Operator::start(ns, &ceiling).await;
+    let script = |tag: &str| {
+        format!(
+            "def reconcile(cm):\n    print(\"{tag}\", cm.metadata.name)\n\nk8s.control(\"configmaps\", reconcile = reconcile, labels = \"kite.test/watched=true\")\n"
+        )
+    };
+    let source = |tag: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "logger-script", "namespace": ns},
+               "data": {"ctrl.star": script(tag)}})
+        .to_string()
+    };
+    let out = kubectl_stdin(&["apply", "-f", "-"], &source("v1")).await;
+    assert!(out.status.success());
+    kubectl_ok(&["create", "configmap", "probe", "-n", ns]).await;
+    kubectl_ok(&[
+        "label",
+        "configmap",
+        "probe",
+        "-n",
+        ns,
+        "kite.test/watched=true",
+    ])
+    .await;
+    let from = json!({"configMapKeyRef": {"name": "logger-script", "key": "ctrl.star"}});
+    apply_slc(
+        ns,
+        "logger",
+        json!({"scriptFrom": from, "control": {"namespace": ns}}),
+    )
+    .await;
+    op.kite
+        .wait_stdout("v1 probe", Duration::from_secs(10))
+        .await;
+
+    let out = kubectl_stdin(&["apply", "-f", "-"], &source("v2")).await;
+    assert!(out.status.success());
+    op.kite
+        .wait_stdout("v2 probe", Duration::from_secs(10))
+        .await;
+    let described = kubectl_ok(&["describe", "slc", "logger", "-n", ns]).await;
+    assert!(described.contains("Reloaded"), "{described}");
+}
+
+#[tokio::test]
+async fn a_looping_script_affects_only_its_own_controller() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-iso").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(
+        r#"[{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]"#,
+    )
+    .await;
+    let port = free_port().to_string();
+    let kite = Kite::spawn(&[
+        "operator",
+        "--namespace",
+        ns,
+        "--ceiling",
+        &ceiling.0,
+        "--health-port",
+        &port,
+        "--status-period",
+        "1s",
+        "--handler-timeout",
+        "2s",
+    ]);
+    let op = Operator {
+        kite,
+        port: port.parse().unwrap(),
+        ns: ns.to_owned(),
+    };
+    let spin = "def reconcile(cm):\n    n = 0\n    for i in range(1000000000):\n        n += i\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
+    apply_slc(
+        ns,
+        "spinner",
+        json!({"script": spin, "control": {"namespace": ns, "maxRetries": 0}}),
+    )
+    .await;
+    apply_slc(ns, "max-replicas", max_replicas_spec(ns, "3")).await;
+    wait_condition(ns, "spinner", "Ready", "True", Duration::from_secs(20)).await;
+    wait_condition(ns, "max-replicas", "Ready", "True", Duration::from_secs(20)).await;
+    kubectl_ok(&["create", "configmap", "trigger", "-n", ns]).await;
+    kubectl_ok(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--image=nginx",
+        "--replicas=5",
+    ])
+    .await;
+    kubectl_ok(&[
+        "label",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "enforce-max-replicas=true",
+    ])
+    .await;
+    // The neighbour works while the spinner burns its budget.
+    replicas_become(ns, "web", "3").await;
+    let s = wait_for(
+        "the spinner's budget error",
+        Duration::from_secs(20),
+        || async {
+            let s = status(ns, "spinner").await;
+            s["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("2s"))
+                .then_some(s)
+        },
+    )
+    .await;
+    assert!(s["errors"].as_u64().unwrap_or(0) >= 1, "{s}");
+    assert_eq!(status(ns, "max-replicas").await["errors"], 0);
+    drop(op);
+}
