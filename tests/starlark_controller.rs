@@ -398,6 +398,22 @@ async fn rules_beyond_the_ceiling_start_nothing() {
     );
     let described = kubectl_ok(&["describe", "slc", "greedy", "-n", ns]).await;
     assert!(described.contains("RBACDenied"), "{described}");
+
+    // The administrator widens the ceiling: the controller starts.
+    let name = ceiling.0.clone();
+    let widen = |rules: &str| {
+        let patch = format!(r#"{{"rules": {rules}}}"#);
+        let name = name.clone();
+        async move { kubectl_ok(&["patch", "clusterrole", &name, "--type=merge", "-p", &patch]).await }
+    };
+    widen(MAX_REPLICAS_CEILING).await;
+    wait_condition(ns, "greedy", "Ready", "True", Duration::from_secs(10)).await;
+    // ...and narrows it again: the controller stops.
+    widen(r#"[{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]}]"#)
+        .await;
+    let s = wait_condition(ns, "greedy", "RBACReady", "False", Duration::from_secs(10)).await;
+    assert_eq!(condition(&s, "Ready")["status"], "False");
+    assert_eq!(s["phase"], "Failed");
 }
 
 #[tokio::test]

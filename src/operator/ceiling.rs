@@ -50,6 +50,11 @@ impl Ceiling {
         }
     }
 
+    /// A digest of the rules, to notice when the administrator changes them.
+    pub fn fingerprint(&self) -> String {
+        serde_json::to_string(&self.rules).unwrap_or_default()
+    }
+
     /// The first generated permission the ceiling does not cover, described for status:
     /// e.g. `delete on secrets in namespace team`.
     pub fn first_outside(&self, rules: &Rules) -> Option<String> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
@@ -155,6 +156,10 @@ pub async fn run(
         None => Api::all(client.clone()),
     };
     let mapper_registry = registry.clone();
+    let ceiling_registry = registry.clone();
+    let ceilings: Api<ClusterRole> = Api::all(client.clone());
+    let only_ceiling =
+        watcher::Config::default().fields(&format!("metadata.name={}", opts.ceiling));
     let controller = Controller::new(crs, watcher::Config::default());
     let store = controller.store();
     // kube-runtime's readiness signal wakes only one waiter (the controller's own), so
@@ -173,6 +178,13 @@ pub async fn run(
             let ns = cm.namespace().unwrap_or_default();
             mapper_registry
                 .referencing(&ns, &cm.name_any())
+                .into_iter()
+                .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+        })
+        // A change to the ceiling (or to a role aggregated into it) re-checks everything.
+        .watches(ceilings, only_ceiling, move |_: ClusterRole| {
+            ceiling_registry
+                .keys()
                 .into_iter()
                 .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
         })

@@ -137,9 +137,17 @@ async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
         .script_from
         .as_ref()
         .map(|f| (ns.clone(), f.config_map_key_ref.name.clone()));
+    // The ceiling is part of what was decided: when the administrator changes it, every
+    // controller is checked against it again (at the latest on the next RECHECK).
+    let ceiling = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
+        Ok(c) => Ok(c),
+        Err(e @ ceiling::Error::FindCeiling(_)) => Err(e.to_string()),
+        Err(e) => return Err(Error::ReadCeiling(e)),
+    };
     let fingerprint = {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (generation, &uid, &script).hash(&mut h);
+        let bound = ceiling.as_ref().map(Ceiling::fingerprint);
+        (generation, &uid, &script, bound).hash(&mut h);
         h.finish()
     };
     let previous = ctx.registry.fingerprint(&key);
@@ -188,16 +196,16 @@ async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
     // The ceiling bounds what the script needs even when it runs as an existing
     // ServiceAccount (whose own permissions the administrator then answers for).
     let resolved = inference.rules.resolved(&ns);
-    let outside = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
-        Ok(c) => c.first_outside(&resolved),
-        Err(e @ ceiling::Error::FindCeiling(_)) => Some(e.to_string()),
-        Err(e) => return Err(Error::ReadCeiling(e)),
+    let denied = match &ceiling {
+        Ok(c) => c.first_outside(&resolved).map(|rule| {
+            format!(
+                "the ceiling ClusterRole {:?} does not allow {rule}",
+                ctx.ceiling
+            )
+        }),
+        Err(missing) => Some(missing.clone()),
     };
-    if let Some(rule) = outside {
-        let message = format!(
-            "the ceiling ClusterRole {:?} does not allow {rule}",
-            ctx.ceiling
-        );
+    if let Some(message) = denied {
         d.outcome.conditions = vec![
             valid,
             Verdict::no("RBACReady", "BeyondCeiling", &message),

@@ -74,6 +74,11 @@ impl Registry {
         self.lock().drain().filter_map(|(_, e)| e.hosted).collect()
     }
 
+    /// Every StarlarkController decided so far (all of them depend on the ceiling).
+    pub fn keys(&self) -> Vec<Key> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// StarlarkControllers whose script comes from the ConfigMap `namespace/name`.
     pub fn referencing(&self, namespace: &str, name: &str) -> Vec<Key> {
         self.lock()
