@@ -276,25 +276,32 @@ impl<'a> Analyzer<'a> {
         out
     }
 
-    /// The value of a string expression when it is known without running the script.
-    fn const_str(&self, expr: &AstExpr) -> Option<String> {
-        self.const_str_depth(expr, 0)
+    /// Follows a name to the one expression a top-level assignment binds it to, a few
+    /// steps at most, so that `A = B` and `B = A` end.
+    fn resolve<'e>(&'e self, expr: &'e AstExpr) -> Option<&'e AstExpr> {
+        let mut e = expr;
+        for _ in 0..5 {
+            match &e.node {
+                ExprP::Identifier(id)
+                    if !matches!(id.node.ident.as_str(), "True" | "False" | "None") =>
+                {
+                    match self.index.globals.get(&id.node.ident)?.as_slice() {
+                        [only] => e = only,
+                        _ => return None,
+                    }
+                }
+                _ => return Some(e),
+            }
+        }
+        None
     }
 
-    fn const_str_depth(&self, expr: &AstExpr, depth: usize) -> Option<String> {
-        if depth > 4 {
-            return None;
-        }
-        if let Some(s) = literal_str(expr) {
-            return Some(s.to_owned());
-        }
-        match &expr.node {
-            ExprP::Identifier(id) => match self.index.globals.get(&id.node.ident)?.as_slice() {
-                [only] => self.const_str_depth(only, depth + 1),
-                _ => None,
-            },
-            ExprP::Call(..) => self.var_call(expr, "var_str"),
-            _ => None,
+    /// The value of a string expression when it is known without running the script.
+    fn const_str(&self, expr: &AstExpr) -> Option<String> {
+        let e = self.resolve(expr)?;
+        match literal_str(e) {
+            Some(s) => Some(s.to_owned()),
+            None => self.var_call(e, "var_str"),
         }
     }
 
@@ -322,25 +329,19 @@ impl<'a> Analyzer<'a> {
     }
 
     fn const_int(&self, expr: &AstExpr) -> Option<i64> {
-        match &expr.node {
+        let e = self.resolve(expr)?;
+        match &e.node {
             ExprP::Literal(AstLiteral::Int(i)) => i.node.to_string().parse().ok(),
-            ExprP::Identifier(id) => match self.index.globals.get(&id.node.ident)?.as_slice() {
-                [only] if !std::ptr::eq(*only, expr) => self.const_int(only),
-                _ => None,
-            },
-            _ => self.var_call(expr, "var_int")?.parse().ok(),
+            _ => self.var_call(e, "var_int")?.parse().ok(),
         }
     }
 
     fn const_bool(&self, expr: &AstExpr) -> Option<bool> {
-        match &expr.node {
+        let e = self.resolve(expr)?;
+        match &e.node {
             ExprP::Identifier(id) if id.node.ident == "True" => Some(true),
             ExprP::Identifier(id) if id.node.ident == "False" => Some(false),
-            ExprP::Identifier(id) => match self.index.globals.get(&id.node.ident)?.as_slice() {
-                [only] => self.const_bool(only),
-                _ => None,
-            },
-            _ => match self.var_call(expr, "var_bool")?.as_str() {
+            _ => match self.var_call(e, "var_bool")?.as_str() {
                 "true" | "True" | "1" | "yes" => Some(true),
                 _ => Some(false),
             },

@@ -280,3 +280,25 @@ fn objects_handed_to_k8s_calls_in_reconcile_are_not_children() {
         ]
     );
 }
+
+#[test]
+fn names_bound_to_each_other_end_in_a_warning() {
+    let inf = infer_one(
+        "A = B\nB = A\nk8s.control('pods', reconcile = lambda o: None, namespace = A, health_port = A, leader_election = B)\n",
+    );
+    assert_eq!(inf.control.as_ref().unwrap().health_port, None);
+    assert!(
+        inf.warnings
+            .iter()
+            .any(|w| w.contains("health_port is not a literal")),
+        "{:?}",
+        inf.warnings
+    );
+    assert!(
+        inf.warnings
+            .iter()
+            .any(|w| w.contains("leader_election is not a literal")),
+        "{:?}",
+        inf.warnings
+    );
+}
