@@ -18,6 +18,7 @@
 //! - [`http`]: the health and metrics server.
 //! - [`artifacts`]: the manifests and Dockerfile that deploy a script
 //!   (`kite kube gen-controller-artifacts`).
+//! - [`signal`]: SIGTERM/SIGINT handling shared by `kite run` and `kite operator`.
 //! - [`duration`]: Go-style duration strings.
 //! - [`version`]: build and version information.
 //!
@@ -34,4 +35,5 @@ pub mod k8s;
 pub mod operator;
 pub mod rbac;
 pub mod script;
+pub mod signal;
 pub mod version;

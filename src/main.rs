@@ -57,15 +57,8 @@ fn main() -> ExitCode {
 
 fn operator(args: OperatorArgs) -> ExitCode {
     init_logging(args.log_format, args.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
         let kube_opts = KubeOptions {
@@ -77,11 +70,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
         let lease_namespace = args.leader_election.then(|| {
             args.leader_election_namespace
                 .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                })
+                .or_else(standalone::own_namespace)
                 .unwrap_or_else(|| "default".to_owned())
         });
         let opts = kite::operator::manager::Options {
@@ -96,7 +85,8 @@ fn operator(args: OperatorArgs) -> ExitCode {
             status_period: args.status_period,
             grace: args.grace_period,
         };
-        kite::operator::manager::run(client, config, opts, shutdown_signal()).await?;
+        let signalled = kite::signal::shutdown_signal()?;
+        kite::operator::manager::run(client, config, opts, signalled).await?;
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -109,24 +99,19 @@ fn operator(args: OperatorArgs) -> ExitCode {
     }
 }
 
-/// Completes on the first SIGTERM or SIGINT; a second one exits at once.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-    }
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {},
-            _ = tokio::signal::ctrl_c() => {},
+/// The multi-threaded runtime `kite run` and `kite operator` block on; None (after saying
+/// why) when it cannot start.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            None
         }
-        tracing::warn!("second signal: exiting at once");
-        std::process::exit(130);
-    });
+    }
 }
 
 fn kube(command: KubeCommand) -> anyhow::Result<()> {
@@ -232,15 +217,8 @@ fn run(args: RunArgs) -> ExitCode {
         args.allow_fs,
         args.allow_env,
     );
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
     };
     let kube = KubeOptions {
         kubeconfig: args.kubeconfig,

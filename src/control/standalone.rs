@@ -52,7 +52,7 @@ pub fn default_lease_name(script: &Path, kind: &str) -> String {
 }
 
 /// The namespace this process runs in, when in a cluster.
-fn own_namespace() -> Option<String> {
+pub fn own_namespace() -> Option<String> {
     std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|s| !s.is_empty())
@@ -105,8 +105,7 @@ pub fn run(
         spec.kind
     );
     runtime.block_on(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(Error::Signals)?;
+        let signalled = crate::signal::shutdown_signal().map_err(Error::Signals)?;
         let config = Config {
             name,
             spec,
@@ -127,19 +126,7 @@ pub fn run(
             tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
             tokio::spawn(serve);
         }
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        }
-        // A second signal means "now": skip the grace period.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
-            tracing::warn!("second signal: exiting at once");
-            std::process::exit(130);
-        });
+        signalled.await;
         controller.shutdown(opts.grace).await;
         let _ = stop_http.send(());
         Ok(())
