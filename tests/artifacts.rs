@@ -105,6 +105,14 @@ impl Deployed {
         }
     }
 
+    /// The kinds of the generated objects, in stream order.
+    fn kinds(&self) -> Vec<&str> {
+        self.objects
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap_or_default())
+            .collect()
+    }
+
     fn user(&self) -> String {
         format!("system:serviceaccount:{}:{}", self.ns.name, self.name)
     }
@@ -303,13 +311,8 @@ async fn max_replicas_runs_under_its_inferred_role() {
         None,
     )
     .await;
-    let kinds: Vec<&str> = d
-        .objects
-        .iter()
-        .map(|o| o["kind"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        kinds,
+        d.kinds(),
         [
             "Namespace",
             "ServiceAccount",
@@ -322,25 +325,7 @@ async fn max_replicas_runs_under_its_inferred_role() {
     kite.wait_stdout("Starting max-replicas controller", Duration::from_secs(30))
         .await;
     let ns = &d.ns.name;
-    kubectl_ok(&[
-        "create",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "--image=nginx",
-        "--replicas=5",
-    ])
-    .await;
-    kubectl_ok(&[
-        "label",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "enforce-max-replicas=true",
-    ])
-    .await;
+    create_enforced_deployment(ns, "web", 5).await;
     let replicas = || async { jsonpath("deployment", "web", ns, "{.spec.replicas}").await == "3" };
     wait_until("the drift corrected", Duration::from_secs(20), replicas).await;
     // A second identical drift: the event is aggregated (read, then its count patched).
@@ -504,13 +489,8 @@ async fn leader_elected_controller_runs_under_its_inferred_role() {
     // The namespace is chosen with --var, so the whole role is a Role there.
     let d = Deployed::new("art-leader", script, &[], Some("ns")).await;
     let ns = d.ns.name.clone();
-    let kinds: Vec<&str> = d
-        .objects
-        .iter()
-        .map(|o| o["kind"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        kinds,
+        d.kinds(),
         [
             "Namespace",
             "ServiceAccount",

@@ -249,25 +249,7 @@ async fn max_replicas_is_ready_corrects_drift_and_reloads() {
     );
 
     // The seed's walkthrough: drift is corrected.
-    kubectl_ok(&[
-        "create",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "--image=nginx",
-        "--replicas=5",
-    ])
-    .await;
-    kubectl_ok(&[
-        "label",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "enforce-max-replicas=true",
-    ])
-    .await;
+    create_enforced_deployment(ns, "web", 5).await;
     replicas_become(ns, "web", "3").await;
     op.kite
         .wait_stdout("[DRIFT DETECTED]", Duration::from_secs(5))
@@ -681,25 +663,7 @@ async fn a_looping_script_affects_only_its_own_controller() {
     wait_condition(ns, "spinner", "Ready", "True", Duration::from_secs(20)).await;
     wait_condition(ns, "max-replicas", "Ready", "True", Duration::from_secs(20)).await;
     kubectl_ok(&["create", "configmap", "trigger", "-n", ns]).await;
-    kubectl_ok(&[
-        "create",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "--image=nginx",
-        "--replicas=5",
-    ])
-    .await;
-    kubectl_ok(&[
-        "label",
-        "deployment",
-        "web",
-        "-n",
-        ns,
-        "enforce-max-replicas=true",
-    ])
-    .await;
+    create_enforced_deployment(ns, "web", 5).await;
     // The neighbour works while the spinner burns its budget.
     replicas_become(ns, "web", "3").await;
     let s = wait_for(

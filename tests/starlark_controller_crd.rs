@@ -7,10 +7,6 @@ use std::time::Duration;
 
 use support::*;
 
-async fn install() {
-    install_starlarkcontroller_crd().await;
-}
-
 fn manifest(name: &str, spec: &str) -> String {
     format!(
         "apiVersion: starkite.io/v1alpha1\nkind: StarlarkController\nmetadata:\n  name: {name}\nspec:\n{spec}"
@@ -19,7 +15,7 @@ fn manifest(name: &str, spec: &str) -> String {
 
 #[tokio::test]
 async fn the_schema_refuses_bad_specs() {
-    install().await;
+    install_starlarkcontroller_crd().await;
     let ns = TestNamespace::new("slc-crd").await;
     let cases = [
         (
@@ -57,7 +53,7 @@ async fn the_schema_refuses_bad_specs() {
 
 #[tokio::test]
 async fn kubectl_get_shows_the_columns() {
-    install().await;
+    install_starlarkcontroller_crd().await;
     let ns = TestNamespace::new("slc-get").await;
     let spec = "  script: \"print(1)\"\n  vars: {max_replicas: \"3\"}\n  control: {poll: 1m30s, workers: 2}\n";
     let out = kubectl_stdin(&["apply", "-n", &ns.name, "-f", "-"], &manifest("ok", spec)).await;

@@ -210,7 +210,9 @@ fn failed(
     e: &Error,
 ) {
     shared.metrics.record_reconcile(Recorded::Error, elapsed);
-    shared.metrics.record_error(error_summary(&e.to_string()));
+    shared
+        .metrics
+        .record_error(crate::script::run::summary(&e.to_string()));
     let failures = shared.queue.failures(item) + 1;
     if failures > shared.spec.max_retries {
         shared.queue.forget(item);
@@ -242,12 +244,6 @@ fn failed(
 /// The full error, traceback included, after the one-line reconcile record.
 fn traceback(shared: &Shared, key: &Key, e: &Error) {
     tracing::warn!(controller = %shared.name, key = %key, "handler error for {key}:\n{e}");
-}
-
-/// The error line with its script position, e.g.
-/// `ctrl.star:7:9: k8s.get: pods "x" is forbidden ...`.
-fn error_summary(s: &str) -> String {
-    crate::script::run::summary(s)
 }
 
 fn first_line(s: &str) -> String {

@@ -245,38 +245,12 @@ impl Kite {
 
     /// Waits until a stdout line contains `needle`, and returns that line.
     pub async fn wait_stdout(&mut self, needle: &str, timeout: Duration) -> String {
-        let what = format!("kite stdout to contain {needle:?}");
-        let lines = self.stdout.clone();
-        let err = self.stderr.clone();
-        let found = wait_for(&what, timeout, || {
-            let hit = lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-                .cloned();
-            async move { hit }
-        });
-        match tokio::time::timeout(timeout + Duration::from_secs(1), found).await {
-            Ok(line) => line,
-            Err(_) => panic!("{what}; stderr: {:?}", err.lock().unwrap()),
-        }
+        wait_line(&self.stdout, "stdout", needle, timeout).await
     }
 
     /// Waits until a stderr (log) line contains `needle`, and returns that line.
     pub async fn wait_stderr_line(&mut self, needle: &str, timeout: Duration) -> String {
-        let what = format!("kite stderr to contain {needle:?}");
-        let lines = self.stderr.clone();
-        wait_for(&what, timeout, || {
-            let hit = lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-                .cloned();
-            async move { hit }
-        })
-        .await
+        wait_line(&self.stderr, "stderr", needle, timeout).await
     }
 
     /// The process id, for sending signals.
@@ -307,6 +281,27 @@ impl Drop for Kite {
             eprintln!("--- kite stderr (tail) ---\n{}", tail(self.stderr()));
         }
     }
+}
+
+/// Polls captured output for a line containing `needle`; on timeout the panic names
+/// what was awaited, and dropping the [`Kite`] prints its output.
+async fn wait_line(
+    lines: &Arc<Mutex<Vec<String>>>,
+    stream: &str,
+    needle: &str,
+    timeout: Duration,
+) -> String {
+    let what = format!("kite {stream} to contain {needle:?}");
+    wait_for(&what, timeout, || {
+        let hit = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains(needle))
+            .cloned();
+        async move { hit }
+    })
+    .await
 }
 
 fn collect<R>(pipe: R) -> (Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>)
@@ -409,6 +404,31 @@ pub async fn install_starlarkcontroller_crd() {
         "--for=condition=Established",
         "--timeout=60s",
         "crd/starlarkcontrollers.starkite.io",
+    ])
+    .await;
+}
+
+/// Creates Deployment `name` with `replicas` and then labels it for the max-replicas
+/// controller, as the seed's walkthrough does.
+pub async fn create_enforced_deployment(ns: &str, name: &str, replicas: u32) {
+    let replicas = format!("--replicas={replicas}");
+    kubectl_ok(&[
+        "create",
+        "deployment",
+        name,
+        "-n",
+        ns,
+        "--image=nginx",
+        &replicas,
+    ])
+    .await;
+    kubectl_ok(&[
+        "label",
+        "deployment",
+        name,
+        "-n",
+        ns,
+        "enforce-max-replicas=true",
     ])
     .await;
 }
