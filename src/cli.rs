@@ -36,9 +36,18 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct OperatorArgs {
-    /// Watch StarlarkControllers in this namespace only (default: all namespaces).
+    /// Watch StarlarkControllers in this namespace only (default: all namespaces); such
+    /// an operator hosts no ClusterStarlarkControllers.
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
+    /// Host only StarlarkControllers and ClusterStarlarkControllers with these labels,
+    /// e.g. `team=payments` (several operators can split the work this way).
+    #[arg(long, value_name = "LABELS")]
+    pub selector: Option<String>,
+    /// The operator's own namespace, where ClusterStarlarkControllers' ServiceAccounts
+    /// and scripts live (default: the pod's namespace, else "default").
+    #[arg(long, value_name = "NS")]
+    pub operator_namespace: Option<String>,
     /// Serve /healthz, /readyz and /metrics on this port.
     #[arg(long, value_name = "PORT")]
     pub health_port: Option<u16>,
@@ -64,6 +73,19 @@ pub struct OperatorArgs {
     /// At most one status write per StarlarkController this often.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub status_period: std::time::Duration,
+    /// The shortest poll, resync, backoff or requeue a hosted controller may use.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub min_period: std::time::Duration,
+    /// The most workers one hosted controller may run.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub max_workers: u16,
+    /// The most children one hosted reconcile may return.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_children: usize,
+    /// The memory one hosted script evaluation (its top level, or one handler call) may
+    /// use, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(16..=65536))]
+    pub script_memory: u32,
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,
@@ -204,6 +226,9 @@ pub struct RunArgs {
     /// A handler running longer than this is cancelled (controllers only).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub handler_timeout: std::time::Duration,
+    /// The memory one evaluation (the top level, or one handler call) may use, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..=1048576))]
+    pub script_memory: u32,
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,

@@ -37,3 +37,8 @@ pub mod rbac;
 pub mod script;
 pub mod signal;
 pub mod version;
+
+/// The unit tests run with the binary's allocator, so memory limits are tested as run.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: script::memory::Counting = script::memory::Counting;

@@ -16,7 +16,13 @@ use kite::script::permissions::Permissions;
 use kite::script::run::Finished;
 use kite::script::vars::Vars;
 
+/// Counts what each thread allocates, so a script over its memory limit fails alone.
+#[global_allocator]
+static ALLOCATOR: kite::script::memory::Counting = kite::script::memory::Counting;
+
 fn main() -> ExitCode {
+    kite::script::memory::quiet_refusals();
+    kite::script::memory::return_large_blocks();
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
@@ -73,8 +79,15 @@ fn operator(args: OperatorArgs) -> ExitCode {
                 .or_else(standalone::own_namespace)
                 .unwrap_or_else(|| "default".to_owned())
         });
+        let operator_namespace = args
+            .operator_namespace
+            .clone()
+            .or_else(standalone::own_namespace)
+            .unwrap_or_else(|| "default".to_owned());
         let opts = kite::operator::manager::Options {
             namespace: args.namespace.clone(),
+            selector: args.selector.clone(),
+            operator_namespace,
             health: args
                 .health_port
                 .map(|p| std::net::SocketAddr::new(args.health_bind, p)),
@@ -82,6 +95,13 @@ fn operator(args: OperatorArgs) -> ExitCode {
             identity: kite::control::leader::default_identity(),
             ceiling: args.ceiling.clone(),
             handler_budget: args.handler_timeout,
+            limits: kite::script::host::Limits {
+                min_period: args.min_period,
+                max_workers: args.max_workers.into(),
+                memory: (args.script_memory as usize) << 20,
+                max_children: args.max_children,
+                source: "the operator's",
+            },
             status_period: args.status_period,
             grace: args.grace_period,
         };
@@ -225,7 +245,9 @@ fn run(args: RunArgs) -> ExitCode {
         context: args.context,
         dry_run: args.dry_run,
     };
-    let host = Arc::new(Host::new(vars, permissions, runtime.handle().clone(), kube));
+    let mut host = Host::new(vars, permissions, runtime.handle().clone(), kube);
+    host.limits.memory = (args.script_memory as usize) << 20;
+    let host = Arc::new(host);
     // The script runs on this thread, which is not a runtime worker, so builtins may
     // block on the runtime.
     let code = match kite::script::run::run(&args.file, &host) {
@@ -237,7 +259,7 @@ fn run(args: RunArgs) -> ExitCode {
                 health_bind: args.health_bind,
                 script: args.file.clone(),
             };
-            match standalone::run(host.clone(), *request, handlers, opts) {
+            match standalone::run(host.clone(), *request, *handlers, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -334,3 +334,40 @@ async fn every_non_controller_example_runs() {
     }
     assert!(ran.len() >= 3, "examples ran: {ran:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_that_try_to_take_the_process_down_fail_with_their_line() {
+    let cases = [
+        (
+            "list_cycle",
+            "list_cycle.star:3:7",
+            "nested deeper than 100 levels",
+        ),
+        (
+            "dict_cycle",
+            "dict_cycle.star:3:7",
+            "nested deeper than 200 levels",
+        ),
+        ("deep_recursion", "deep_recursion.star:2:12", "call stack"),
+        (
+            "string_doubling",
+            "string_doubling.star",
+            "memory limit of 64 MiB",
+        ),
+        ("huge_list", "huge_list.star", "limit"),
+    ];
+    for (script, at, says) in cases {
+        let path = format!("tests/scripts/bombs/{script}.star");
+        let out = kite_output(&["run", &path, "--script-memory", "64"], T).await;
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{script}: {err}");
+        assert!(err.contains(at) && err.contains(says), "{script}: {err}");
+        for crash in [
+            "panicked",
+            "has overflowed its stack",
+            "fatal runtime error",
+        ] {
+            assert!(!err.contains(crash), "{script}: {err}");
+        }
+    }
+}

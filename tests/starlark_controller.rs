@@ -8,198 +8,8 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
+use support::operator::*;
 use support::*;
-
-const MAX_REPLICAS: &str = include_str!("../examples/max-replicas-controller.star");
-
-/// The verbs the max-replicas example needs, as an administrator would allow them.
-const MAX_REPLICAS_CEILING: &str = r#"[
-  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
-  {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
-]"#;
-
-/// A ceiling ClusterRole for one test, deleted when dropped.
-struct Ceiling(String);
-
-impl Ceiling {
-    async fn new(rules: &str) -> Self {
-        let name = unique_name("slc-ceiling");
-        let role = json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": serde_json::from_str::<Json>(rules).unwrap(),
-        });
-        let out = kubectl_stdin(&["apply", "-f", "-"], &role.to_string()).await;
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ceiling(name)
-    }
-}
-
-impl Drop for Ceiling {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kubectl")
-            .args([
-                "delete",
-                "clusterrole",
-                &self.0,
-                "--ignore-not-found",
-                "--wait=false",
-            ])
-            .env("KUBECONFIG", kubeconfig())
-            .stdout(std::process::Stdio::null())
-            .status();
-    }
-}
-
-/// An operator for `ns`, ready to serve.
-struct Operator {
-    kite: Kite,
-    port: u16,
-    ns: String,
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        // Deleting what is left while the operator still runs removes the cluster-scoped
-        // roles too; if it cannot, the finalizers go, or the namespace could never finish
-        // deleting once the operator is gone.
-        let kubectl = |args: &[&str]| {
-            std::process::Command::new("kubectl")
-                .args(args)
-                .env("KUBECONFIG", kubeconfig())
-                .stderr(std::process::Stdio::null())
-                .output()
-        };
-        let _ = kubectl(&["delete", "slc", "--all", "-n", &self.ns, "--timeout=20s"]);
-        let Ok(out) = kubectl(&["get", "slc", "-n", &self.ns, "-o", "name"]) else {
-            return;
-        };
-        for name in String::from_utf8_lossy(&out.stdout).lines() {
-            let _ = kubectl(&[
-                "patch",
-                name,
-                "-n",
-                &self.ns,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
-        }
-    }
-}
-
-impl Operator {
-    async fn start(ns: &str, ceiling: &Ceiling) -> Self {
-        let port = free_port().to_string();
-        let kite = Kite::spawn(&[
-            "operator",
-            "--namespace",
-            ns,
-            "--ceiling",
-            &ceiling.0,
-            "--health-port",
-            &port,
-            "--status-period",
-            "1s",
-        ]);
-        let url = format!("http://127.0.0.1:{port}/readyz");
-        wait_until("the operator ready", Duration::from_secs(30), || async {
-            curl(&url).await.is_some_and(|b| b.trim() == "ok")
-        })
-        .await;
-        Operator {
-            kite,
-            port: port.parse().unwrap(),
-            ns: ns.to_owned(),
-        }
-    }
-
-    async fn metrics(&self) -> String {
-        curl(&format!("http://127.0.0.1:{}/metrics", self.port))
-            .await
-            .unwrap_or_default()
-    }
-}
-
-async fn curl(url: &str) -> Option<String> {
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", "-f", "-m", "2", url])
-        .output()
-        .await
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-async fn apply_slc(ns: &str, name: &str, spec: Json) {
-    let obj = json!({
-        "apiVersion": "starkite.io/v1alpha1",
-        "kind": "StarlarkController",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    });
-    let out = kubectl_stdin(&["apply", "-f", "-"], &obj.to_string()).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-async fn status(ns: &str, name: &str) -> Json {
-    let out = kubectl(&["get", "slc", name, "-n", ns, "-o", "json"]).await;
-    serde_json::from_slice::<Json>(&out.stdout)
-        .map(|o| o["status"].clone())
-        .unwrap_or(Json::Null)
-}
-
-fn condition<'a>(status: &'a Json, type_: &str) -> &'a Json {
-    status["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == type_))
-        .unwrap_or(&Json::Null)
-}
-
-/// Waits until the condition has `value` and returns the status.
-async fn wait_condition(ns: &str, name: &str, type_: &str, value: &str, timeout: Duration) -> Json {
-    let what = format!("{name}: {type_}={value}");
-    wait_for(&what, timeout, || async {
-        let s = status(ns, name).await;
-        (condition(&s, type_)["status"] == value).then_some(s)
-    })
-    .await
-}
-
-fn max_replicas_spec(ns: &str, max: &str) -> Json {
-    json!({"script": MAX_REPLICAS, "vars": {"max_replicas": max}, "control": {"namespace": ns}})
-}
-
-async fn drifted(ns: &str, deployment: &str, replicas: &str) {
-    kubectl_ok(&[
-        "scale",
-        "deployment",
-        deployment,
-        "-n",
-        ns,
-        &format!("--replicas={replicas}"),
-    ])
-    .await;
-}
-
-async fn replicas_become(ns: &str, deployment: &str, want: &str) {
-    wait_until(
-        &format!("{deployment} at {want} replicas"),
-        Duration::from_secs(5),
-        || async { jsonpath("deployment", deployment, ns, "{.spec.replicas}").await == want },
-    )
-    .await;
-}
 
 #[tokio::test]
 async fn max_replicas_is_ready_corrects_drift_and_reloads() {
@@ -409,8 +219,9 @@ async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
     )
     .await;
     let op = Operator::start(ns, &ceiling).await;
-    // The secret's kind is computed, so inference cannot grant it: the read is refused.
-    let script = "def reconcile(cm):\n    k8s.get(\"sec\" + \"rets\", \"anything\")\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
+    // The namespace is computed, so it is granted only the controller's own: the read
+    // elsewhere is refused by the API server.
+    let script = "def reconcile(cm):\n    k8s.get(\"configmap\", \"anything\", namespace = \"kube-\" + \"system\")\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
     apply_slc(
         ns,
         "nosy",
@@ -448,7 +259,9 @@ async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
                 .iter()
                 .any(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "configmaps");
             let refused = events.iter().any(|e| {
-                e["objectRef"]["resource"] == "secrets" && e["responseStatus"]["code"] == 403
+                e["objectRef"]["resource"] == "configmaps"
+                    && e["objectRef"]["namespace"] == "kube-system"
+                    && e["responseStatus"]["code"] == 403
             });
             (listed && refused).then_some(events.len())
         },
@@ -652,7 +465,7 @@ async fn a_looping_script_affects_only_its_own_controller() {
         port: port.parse().unwrap(),
         ns: ns.to_owned(),
     };
-    let spin = "def reconcile(cm):\n    n = 0\n    for i in range(1000000000):\n        n += i\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
+    let spin = "def reconcile(cm):\n    n = 0\n    for i in range(1000000000):\n        n = i % 7\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
     apply_slc(
         ns,
         "spinner",

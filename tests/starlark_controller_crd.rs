@@ -95,6 +95,7 @@ async fn the_kustomize_tree_passes_a_server_dry_run() {
     );
     for needle in [
         "customresourcedefinition.apiextensions.k8s.io/starlarkcontrollers.starkite.io",
+        "customresourcedefinition.apiextensions.k8s.io/clusterstarlarkcontrollers.starkite.io",
         "clusterrole.rbac.authorization.k8s.io/starkite-controller-ceiling",
         "deployment.apps/kite-operator",
     ] {
@@ -104,8 +105,13 @@ async fn the_kustomize_tree_passes_a_server_dry_run() {
     assert!(samples.status.success());
     let text = String::from_utf8_lossy(&samples.stdout);
     assert_eq!(
-        text.matches("kind: StarlarkController").count(),
-        3,
+        text.matches("kind: StarlarkController\n").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("kind: ClusterStarlarkController\n").count(),
+        1,
         "{text}"
     );
 }

@@ -211,6 +211,7 @@ pub(crate) mod tests {
         Inference {
             rules,
             warnings: Vec::new(),
+            unresolved: Vec::new(),
             control: Some(control),
             files: vec!["ctrl.star".into()],
         }

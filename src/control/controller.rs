@@ -29,6 +29,8 @@ pub enum Error {
         kind: String,
         source: crate::k8s::ops::Error,
     },
+    #[error("spawning a worker thread: {0}")]
+    SpawnWorker(#[source] std::io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -104,7 +106,7 @@ pub(super) struct Shared {
     pub leading: watch::Receiver<bool>,
     pub leader_election: bool,
     /// Set on a hard stop: cancels handlers that are still running.
-    pub stop: AtomicBool,
+    pub stop: Arc<AtomicBool>,
     pub budget: Duration,
 }
 
@@ -307,6 +309,15 @@ impl Controller {
                 kind: spec.kind.clone(),
                 source,
             })?;
+        // Every kind resolves before anything starts, so a failure leaves nothing running.
+        let mut owned = Vec::new();
+        for kind in &spec.watch_owned {
+            owned.push(resolve(&session, kind).await?);
+        }
+        let mut related = Vec::new();
+        for kind in &spec.watch_related {
+            related.push(resolve(&session, kind).await?);
+        }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (leading_tx, leading_rx) = watch::channel(leader.is_none());
         let queue = WorkQueue::new(QueueConfig {
@@ -340,7 +351,7 @@ impl Controller {
             pending: Mutex::default(),
             metrics: Metrics::new(),
             leading: leading_rx,
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
             budget: handler_budget,
             queue,
             target,
@@ -414,14 +425,7 @@ impl Controller {
         } else {
             drop(leading_tx);
         }
-        for kind in &shared.spec.watch_owned {
-            let resource = Target::resolve(&shared.session, kind, None)
-                .await
-                .map_err(|source| Error::ResolveKind {
-                    kind: kind.clone(),
-                    source,
-                })?
-                .resource;
+        for resource in owned {
             shared.watches.ensure(
                 &shared.session,
                 &resource,
@@ -429,14 +433,7 @@ impl Controller {
                 shared.spec.namespace.as_deref(),
             );
         }
-        for (i, kind) in shared.spec.watch_related.iter().enumerate() {
-            let resource = Target::resolve(&shared.session, kind, None)
-                .await
-                .map_err(|source| Error::ResolveKind {
-                    kind: kind.clone(),
-                    source,
-                })?
-                .resource;
+        for (i, resource) in related.into_iter().enumerate() {
             shared.watches.ensure(
                 &shared.session,
                 &resource,
@@ -444,16 +441,29 @@ impl Controller {
                 shared.spec.namespace.as_deref(),
             );
         }
-        let workers = (0..shared.spec.workers)
-            .map(|i| {
-                let s = shared.clone();
-                let rt = runtime.clone();
-                std::thread::Builder::new()
-                    .name(format!("kite-worker-{i}"))
-                    .spawn(move || super::worker::run(&s, &rt))
-                    .expect("spawning a worker thread")
-            })
-            .collect();
+        let mut workers = Vec::with_capacity(shared.spec.workers);
+        for i in 0..shared.spec.workers {
+            let s = shared.clone();
+            let rt = runtime.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("kite-worker-{i}"))
+                .spawn(move || super::worker::run(&s, &rt));
+            match spawned {
+                Ok(w) => workers.push(w),
+                Err(source) => {
+                    // Stop what started, so nothing of this controller keeps running.
+                    shared.queue.shut_down();
+                    let _ = shutdown_tx.send(true);
+                    for t in tasks.iter().chain(shared.watches.take_tasks().iter()) {
+                        t.abort();
+                    }
+                    for w in workers {
+                        let _ = w.join();
+                    }
+                    return Err(Error::SpawnWorker(source));
+                }
+            }
+        }
         tracing::info!(controller = %shared.name, kind = %shared.target.display_name(), namespace = %ns, workers = shared.spec.workers, "controller started");
         Ok(Self {
             shared,
@@ -521,6 +531,16 @@ impl Controller {
         }
         tracing::info!(controller = %shared.name, "controller stopped");
     }
+}
+
+async fn resolve(session: &Session, kind: &str) -> Result<crate::k8s::discovery::Resource> {
+    Target::resolve(session, kind, None)
+        .await
+        .map(|t| t.resource)
+        .map_err(|source| Error::ResolveKind {
+            kind: kind.to_owned(),
+            source,
+        })
 }
 
 /// Runs `f` every `period` (±10 % jitter, so many controllers do not poll in step).

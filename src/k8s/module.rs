@@ -175,9 +175,8 @@ impl<'a> Call<'a> {
     /// Runs an operation on the async runtime with this call's deadline; errors are
     /// prefixed with the call's name, e.g. `k8s.get: pods "x" not found (404)`.
     fn run<T>(&self, fut: impl Future<Output = ops::Result<T>>) -> anyhow::Result<T> {
-        self.host
-            .runtime
-            .block_on(ops::with_timeout(self.timeout, fut))
+        crate::script::budget::block_on(&self.host.runtime, ops::with_timeout(self.timeout, fut))
+            .map_err(|e| anyhow::anyhow!("k8s.{}: {e}", self.name))?
             .map_err(|e| anyhow::anyhow!("k8s.{}: {e}", self.name))
     }
 
@@ -195,6 +194,31 @@ impl<'a> Call<'a> {
             println!("{kind}/{name} {verb} (server dry run)");
         }
     }
+}
+
+/// Refuses options beyond the host's limits (the operator's floors for hosted scripts).
+fn within_limits(
+    spec: &crate::control::spec::ControlSpec,
+    limits: &crate::script::host::Limits,
+) -> anyhow::Result<()> {
+    if spec.workers > limits.max_workers {
+        anyhow::bail!(
+            "workers = {} is more than {} limit of {}",
+            spec.workers,
+            limits.source,
+            limits.max_workers
+        );
+    }
+    for (what, period) in [
+        ("poll", spec.poll),
+        ("resync", spec.resync),
+        ("backoff", Some(spec.backoff)),
+    ] {
+        if let Some(p) = period {
+            limits.check_period(what, p)?;
+        }
+    }
+    Ok(())
 }
 
 fn opt(v: NoneOr<&str>) -> Option<&str> {
@@ -450,11 +474,13 @@ fn client_methods(builder: &mut MethodsBuilder) {
         let condition = wait::Condition::parse(opt(condition));
         // The wait itself owns the deadline; the outer one only guards against a hang.
         let inner = call.timeout;
-        let out = call.host.runtime.block_on(async {
+        let out = crate::script::budget::block_on(&call.host.runtime, async {
             let target = Target::resolve(&call.session, kind, opt(namespace)).await?;
             wait::wait_for(&call.session, &target, name, &condition, inner).await
         });
-        let out = out.map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?;
+        let out = out
+            .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?
+            .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?;
         Ok(out
             .map(|o| to_starlark(eval.heap(), &o))
             .unwrap_or(Value::new_none()))
@@ -491,7 +517,7 @@ fn client_methods(builder: &mut MethodsBuilder) {
         let deadline = limit.map(|l| tokio::time::Instant::now() + l);
         let mut seen = Vec::new();
         loop {
-            let next = runtime.block_on(async {
+            let next = crate::script::budget::block_on(&runtime, async {
                 match deadline {
                     Some(d) => tokio::time::timeout_at(d, watch.events.recv())
                         .await
@@ -499,7 +525,8 @@ fn client_methods(builder: &mut MethodsBuilder) {
                         .flatten(),
                     None => watch.events.recv().await,
                 }
-            });
+            })
+            .map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;
             let Some(event) = next else { break };
             let (kind, obj) = event.map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;
             let Some(h) = handler else {
@@ -597,6 +624,7 @@ fn client_methods(builder: &mut MethodsBuilder) {
         let host = Host::of(eval)?;
         host.allow("k8s.control", Access::K8s)?;
         let (spec, handlers) = crate::control::spec::parse(&args.items, &kwargs)?;
+        within_limits(&spec, &host.limits).map_err(|e| anyhow::anyhow!("k8s.control: {e}"))?;
         let session = this
             .downcast_ref::<K8sClient>()
             .map(|c| c.key.clone())

@@ -53,8 +53,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Who the identity belongs to.
 pub struct Owner<'a> {
+    /// StarlarkController or ClusterStarlarkController.
+    pub kind: &'a str,
     pub name: &'a str,
-    pub namespace: &'a str,
+    /// None for the cluster-scoped kind.
+    pub namespace: Option<String>,
     pub uid: &'a str,
 }
 
@@ -77,8 +80,8 @@ fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<
     }
 }
 
-/// Applies the ServiceAccount `service_account` and the roles granting `rules`, then
-/// deletes generated objects of `owner` that are no longer wanted.
+/// Applies the ServiceAccount `service_account` in `home` and the roles granting
+/// `rules`, then deletes generated objects of `owner` that are no longer wanted.
 ///
 /// # Errors
 /// A wildcard or invalid name, or an API error (the operator retries with backoff).
@@ -86,9 +89,10 @@ pub async fn apply(
     client: &kube::Client,
     owner: &Owner<'_>,
     service_account: &str,
+    home: &str,
     rules: &Rules,
 ) -> Result<()> {
-    let mut objects = crate::artifacts::identity_objects(rules, service_account, owner.namespace)?;
+    let mut objects = crate::artifacts::identity_objects(rules, service_account, home)?;
     let mut wanted = Vec::new();
     for obj in &mut objects {
         label(obj, owner);
@@ -168,15 +172,20 @@ async fn prune(
     Ok(())
 }
 
-/// Labels `obj` for its owner; objects in the owner's namespace also get an
-/// ownerReference, so the garbage collector removes them with it.
+/// Labels `obj` for its owner. Objects the owner may own (in its namespace, or
+/// anything for a cluster-scoped owner) also get an ownerReference, so the garbage
+/// collector removes them with it.
 fn label(obj: &mut Json, owner: &Owner<'_>) {
     let meta = &mut obj["metadata"];
     meta["labels"][OWNER_LABEL] = json!(owner.uid);
-    if meta["namespace"].as_str() == Some(owner.namespace) {
+    let ownable = match &owner.namespace {
+        Some(ns) => meta["namespace"].as_str() == Some(ns),
+        None => true,
+    };
+    if ownable {
         meta["ownerReferences"] = json!([{
             "apiVersion": "starkite.io/v1alpha1",
-            "kind": "StarlarkController",
+            "kind": owner.kind,
             "name": owner.name,
             "uid": owner.uid,
         }]);
@@ -190,8 +199,9 @@ mod tests {
     #[test]
     fn owned_in_its_namespace_labelled_everywhere() {
         let owner = Owner {
+            kind: "StarlarkController",
             name: "c",
-            namespace: "team",
+            namespace: Some("team".into()),
             uid: "u-1",
         };
         let mut here =
@@ -203,6 +213,17 @@ mod tests {
         assert_eq!(here["metadata"]["labels"][OWNER_LABEL], "u-1");
         assert!(there["metadata"]["ownerReferences"].is_null());
         assert_eq!(there["metadata"]["labels"][OWNER_LABEL], "u-1");
+        let cluster = Owner {
+            kind: "ClusterStarlarkController",
+            namespace: None,
+            ..owner
+        };
+        let mut role = json!({"kind": "ClusterRole", "metadata": {"name": "k", "labels": {}}});
+        label(&mut role, &cluster);
+        assert_eq!(
+            role["metadata"]["ownerReferences"][0]["kind"],
+            "ClusterStarlarkController"
+        );
         for (_, _, kind, _) in KINDS {
             let (ar, _) = resource(kind).unwrap();
             assert!(ar.plural.ends_with('s'), "{}", ar.plural);

@@ -9,8 +9,9 @@ use crate::control::controller::{Config, Controller};
 use crate::control::spec::ControlSpec;
 use crate::k8s::session::Session;
 use crate::operator::resource::ControlOverrides;
-use crate::script::host::{Host, KubeOptions};
+use crate::script::host::{Host, KubeOptions, Limits};
 use crate::script::permissions::Permissions;
+use crate::script::printer::{self, Printer};
 use crate::script::run::{Finished, run_text};
 use crate::script::vars::Vars;
 
@@ -46,6 +47,11 @@ pub struct Plan {
     /// The namespace of the StarlarkController: the script's default namespace.
     pub namespace: String,
     pub handler_budget: Duration,
+    /// The operator's floors and caps.
+    pub limits: Limits,
+    /// Confined to `namespace` (a StarlarkController): the watch is there, whatever
+    /// the script says.
+    pub confined: bool,
 }
 
 /// A running hosted controller.
@@ -67,12 +73,10 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let vars = Vars::from_map(plan.vars.clone());
     // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
     let permissions = Permissions::from_flags(false, true, false, false, false);
-    let host = Arc::new(Host::new(
-        vars,
-        permissions,
-        runtime,
-        KubeOptions::default(),
-    ));
+    let mut host = Host::new(vars, permissions, runtime, KubeOptions::default());
+    host.printer = Printer::hosted(&plan.name, printer::HOSTED);
+    host.limits = plan.limits.clone();
+    let host = Arc::new(host);
     let session = Arc::new(Session::from_client(client, plan.namespace.clone(), false));
     host.k8s.pin(session.clone());
     let (file_name, script, eval_host) =
@@ -86,10 +90,23 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let Finished::Controller { request, handlers } = finished else {
         return Err(Error::FindControl);
     };
+    let handlers = *handlers;
     let mut spec = request.spec;
     let ignored = ignore_hosting_options(&mut spec);
     if let Some(o) = &plan.overrides {
-        apply_overrides(&mut spec, o).map_err(Error::Override)?;
+        apply_overrides(&mut spec, o, &plan.limits).map_err(Error::Override)?;
+    }
+    if plan.confined {
+        match &spec.namespace {
+            None => spec.namespace = Some(plan.namespace.clone()),
+            Some(n) if *n == plan.namespace => {}
+            Some(n) => {
+                return Err(Error::Override(format!(
+                    "k8s.control(namespace = {n:?}): a StarlarkController watches only its own namespace {:?}",
+                    plan.namespace
+                )));
+            }
+        }
     }
     let watching = spec.kind.clone();
     let config = Config {
@@ -129,10 +146,21 @@ fn ignore_hosting_options(spec: &mut ControlSpec) -> Vec<String> {
 /// Applies a StarlarkController's `spec.control` to what the script asked for.
 ///
 /// # Errors
-/// A malformed duration or an out-of-range count, naming the field.
-pub fn apply_overrides(spec: &mut ControlSpec, o: &ControlOverrides) -> Result<(), String> {
+/// A malformed duration, an out-of-range count, or a value beyond `limits`, naming the
+/// field.
+pub fn apply_overrides(
+    spec: &mut ControlSpec,
+    o: &ControlOverrides,
+    limits: &Limits,
+) -> Result<(), String> {
     let duration = |field: &str, v: &str| {
-        crate::duration::parse(v).map_err(|e| format!("spec.control.{field}: {e}"))
+        let d = crate::duration::parse(v).map_err(|e| format!("spec.control.{field}: {e}"))?;
+        if !d.is_zero() {
+            limits
+                .check_period(field, d)
+                .map_err(|e| format!("spec.control.{field}: {e}"))?;
+        }
+        Ok::<_, String>(d)
     };
     if let Some(ns) = &o.namespace {
         spec.namespace = Some(ns.clone());
@@ -150,8 +178,11 @@ pub fn apply_overrides(spec: &mut ControlSpec, o: &ControlOverrides) -> Result<(
         spec.resync = Some(duration("resync", r)?).filter(|d| !d.is_zero());
     }
     if let Some(w) = o.workers {
-        if !(1..=64).contains(&w) {
-            return Err(format!("spec.control.workers: {w} is not between 1 and 64"));
+        if w == 0 || w as usize > limits.max_workers {
+            return Err(format!(
+                "spec.control.workers: {w} is not between 1 and {} limit of {}",
+                limits.source, limits.max_workers
+            ));
         }
         spec.workers = w as usize;
     }
@@ -163,6 +194,9 @@ pub fn apply_overrides(spec: &mut ControlSpec, o: &ControlOverrides) -> Result<(
     }
     if let Some(b) = &o.backoff {
         spec.backoff = duration("backoff", b)?;
+        if spec.backoff.is_zero() {
+            return Err("spec.control.backoff: must be greater than zero".into());
+        }
     }
     Ok(())
 }
@@ -206,7 +240,7 @@ mod tests {
             max_retries: Some(0),
             ..Default::default()
         };
-        apply_overrides(&mut s, &o).unwrap();
+        apply_overrides(&mut s, &o, &Limits::default()).unwrap();
         assert_eq!(s.namespace.as_deref(), Some("team"));
         assert_eq!(s.labels.as_deref(), Some("a=b"));
         assert_eq!(s.poll, Some(Duration::from_secs(90)));
@@ -216,7 +250,7 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            apply_overrides(&mut s, &bad)
+            apply_overrides(&mut s, &bad, &Limits::default())
                 .unwrap_err()
                 .starts_with("spec.control.backoff: ")
         );

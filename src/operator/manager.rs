@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -21,22 +21,30 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::reconciler::{self, Context};
-use super::registry::Registry;
-use super::resource::StarlarkController;
+use super::registry::{Key, Registry};
+use super::resource::{ClusterStarlarkController, StarlarkController};
+use super::tenant::{Tenant, is_cluster_key};
 use crate::control::leader::{self, LeaderConfig};
 use crate::k8s::discovery::Discovery;
 
 /// How `kite operator` runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Watch StarlarkControllers in this namespace only.
+    /// Watch StarlarkControllers in this namespace only (and no
+    /// ClusterStarlarkControllers).
     pub namespace: Option<String>,
+    /// Host only StarlarkControllers and ClusterStarlarkControllers with these labels.
+    pub selector: Option<String>,
+    /// Where ClusterStarlarkControllers' ServiceAccounts and scripts live.
+    pub operator_namespace: String,
     pub health: Option<SocketAddr>,
     /// Contend for a Lease in this namespace; None runs without leader election.
     pub leader_election: Option<String>,
     pub identity: String,
     pub ceiling: String,
     pub handler_budget: Duration,
+    /// The floors and caps every hosted script runs within.
+    pub limits: crate::script::host::Limits,
     /// At most one status write per StarlarkController per period.
     pub status_period: Duration,
     pub grace: Duration,
@@ -45,7 +53,7 @@ pub struct Options {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "the StarlarkController CRD is not installed (kubectl apply -f crds/starlarkcontroller.yaml, or kite crd | kubectl apply -f -)"
+        "the StarlarkController and ClusterStarlarkController CRDs are not installed (kubectl apply -f crds/starlarkcontroller.yaml, or kite crd | kubectl apply -f -)"
     )]
     FindCrd,
     #[error("checking for the StarlarkController CRD: {0}")]
@@ -79,6 +87,14 @@ pub async fn run(
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => return Err(Error::FindCrd),
         Err(e) => return Err(Error::CheckCrd(e)),
+    }
+    if opts.namespace.is_none() {
+        let cluster: Api<ClusterStarlarkController> = Api::all(client.clone());
+        match cluster.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Err(Error::FindCrd),
+            Err(e) => return Err(Error::CheckCrd(e)),
+        }
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -133,6 +149,8 @@ pub async fn run(
         discovery: Discovery::new(client.clone()),
         ceiling: opts.ceiling.clone(),
         handler_budget: opts.handler_budget,
+        limits: opts.limits.clone(),
+        operator_namespace: opts.operator_namespace.clone(),
     });
     let flusher = tokio::spawn(flush_statuses(
         client.clone(),
@@ -150,48 +168,35 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => {}
             _ = lead_watch.wait_for(|l| !*l) => lost_flag.store(true, Ordering::Relaxed),
         }
+    }
+    .boxed()
+    .shared();
+    let tenants = watcher::Config {
+        label_selector: opts.selector.clone(),
+        ..Default::default()
     };
-    let cms: Api<ConfigMap> = match &opts.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let mapper_registry = registry.clone();
-    let ceiling_registry = registry.clone();
-    let ceilings: Api<ClusterRole> = Api::all(client.clone());
-    let only_ceiling =
-        watcher::Config::default().fields(&format!("metadata.name={}", opts.ceiling));
-    let controller = Controller::new(crs, watcher::Config::default());
-    let store = controller.store();
-    // kube-runtime's readiness signal wakes only one waiter (the controller's own), so
-    // readiness is polled rather than awaited once.
-    tokio::spawn(async move {
-        loop {
-            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
-                Ok(Ok(())) => return synced.store(true, Ordering::Relaxed),
-                Ok(Err(_)) => return,
-                Err(_) => {}
-            }
+    let namespaced =
+        controller::<StarlarkController>(&client, &opts, &tenants, &registry, &ctx, end.clone());
+    // A namespace-scoped operator hosts no cluster-wide controllers.
+    let cluster = async {
+        if opts.namespace.is_none() {
+            controller::<ClusterStarlarkController>(
+                &client,
+                &opts,
+                &tenants,
+                &registry,
+                &ctx,
+                end.clone(),
+            )
+            .await
         }
+    };
+    let crs_synced = namespaced_synced(&client, &opts, &tenants);
+    tokio::spawn(async move {
+        crs_synced.await;
+        synced.store(true, Ordering::Relaxed);
     });
-    controller
-        .watches(cms, watcher::Config::default(), move |cm: ConfigMap| {
-            let ns = cm.namespace().unwrap_or_default();
-            mapper_registry
-                .referencing(&ns, &cm.name_any())
-                .into_iter()
-                .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-        })
-        // A change to the ceiling (or to a role aggregated into it) re-checks everything.
-        .watches(ceilings, only_ceiling, move |_: ClusterRole| {
-            ceiling_registry
-                .keys()
-                .into_iter()
-                .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-        })
-        .graceful_shutdown_on(end)
-        .run(reconciler::reconcile, reconciler::error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    futures::join!(namespaced, cluster);
 
     let hosted = registry.drain();
     tracing::info!(
@@ -211,6 +216,78 @@ pub async fn run(
     Ok(())
 }
 
+/// Runs the controller of one kind until `end`.
+async fn controller<K: Tenant>(
+    client: &kube::Client,
+    opts: &Options,
+    tenants: &watcher::Config,
+    registry: &Arc<Registry>,
+    ctx: &Arc<Context>,
+    end: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let crs = K::api_all(client, opts.namespace.as_deref());
+    let cms: Api<ConfigMap> = match &opts.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (mapper_registry, ceiling_registry) = (registry.clone(), registry.clone());
+    let ceilings: Api<ClusterRole> = Api::all(client.clone());
+    let only_ceiling =
+        watcher::Config::default().fields(&format!("metadata.name={}", opts.ceiling));
+    let of_kind = |keys: Vec<Key>| {
+        keys.into_iter()
+            .filter(|k| is_cluster_key(k) != K::CONFINED)
+            .map(|(ns, name)| {
+                let r = ObjectRef::<K>::new(&name);
+                if K::CONFINED { r.within(&ns) } else { r }
+            })
+            .collect::<Vec<_>>()
+    };
+    Controller::new(crs, tenants.clone())
+        .watches(cms, watcher::Config::default(), move |cm: ConfigMap| {
+            let ns = cm.namespace().unwrap_or_default();
+            of_kind(mapper_registry.referencing(&ns, &cm.name_any()))
+        })
+        // A change to the ceiling (or to a role aggregated into it) re-checks everything.
+        .watches(ceilings, only_ceiling, move |_: ClusterRole| {
+            of_kind(ceiling_registry.keys())
+        })
+        .graceful_shutdown_on(end)
+        .run(
+            reconciler::reconcile::<K>,
+            reconciler::error_policy::<K>,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+/// Completes once the StarlarkControllers have been listed (readiness).
+fn namespaced_synced(
+    client: &kube::Client,
+    opts: &Options,
+    tenants: &watcher::Config,
+) -> impl Future<Output = ()> + Send + 'static {
+    let api = StarlarkController::api_all(client, opts.namespace.as_deref());
+    let params = ListParams {
+        label_selector: tenants.label_selector.clone(),
+        limit: Some(1),
+        ..Default::default()
+    };
+    async move {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            if let Ok(Ok(_)) =
+                tokio::time::timeout(Duration::from_secs(10), api.list(&params)).await
+            {
+                return;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+}
+
 /// Writes the statuses that changed, once per `period`.
 async fn flush_statuses(
     client: kube::Client,
@@ -226,20 +303,33 @@ async fn flush_statuses(
             _ = &mut stop => return,
             _ = tick.tick() => {}
         }
-        for ((ns, name), status) in registry.pending_statuses() {
-            let api: Api<StarlarkController> = Api::namespaced(client.clone(), &ns);
+        for (key, status) in registry.pending_statuses() {
             let body = Patch::Merge(json!({ "status": status }));
             let params = PatchParams::default();
-            let write = api.patch_status(&name, &params, &body);
+            let (ns, name) = &key;
+            let write = async {
+                if is_cluster_key(&key) {
+                    let api: Api<ClusterStarlarkController> = Api::all(client.clone());
+                    api.patch_status(name, &params, &body).await.map(drop)
+                } else {
+                    let api: Api<StarlarkController> = Api::namespaced(client.clone(), ns);
+                    api.patch_status(name, &params, &body).await.map(drop)
+                }
+            };
+            let shown = if ns.is_empty() {
+                name.clone()
+            } else {
+                format!("{ns}/{name}")
+            };
             match tokio::time::timeout(Duration::from_secs(10), write).await {
-                Ok(Ok(_)) => registry.written(&(ns, name), status),
+                Ok(Ok(())) => registry.written(&key, status),
                 // Deleted meanwhile: its entry goes with the finalizer.
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(starlarkcontroller = %format!("{ns}/{name}"), error = %e, "writing status")
+                    tracing::warn!(controller = %shown, error = %e, "writing status")
                 }
                 Err(_) => {
-                    tracing::warn!(starlarkcontroller = %format!("{ns}/{name}"), "writing status timed out")
+                    tracing::warn!(controller = %shown, "writing status timed out")
                 }
             }
         }

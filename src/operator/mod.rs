@@ -8,6 +8,8 @@
 //! `crds/starlarkcontroller.yaml`.
 
 pub mod ceiling;
+pub mod confinement;
+pub mod decision;
 pub mod grants;
 pub mod hosted;
 pub mod identity;
@@ -16,8 +18,9 @@ pub mod reconciler;
 pub mod registry;
 pub mod resource;
 pub mod status;
+pub mod tenant;
 
 pub use resource::{
-    ControlOverrides, Phase, ScriptSource, StarlarkController, StarlarkControllerSpec,
-    StarlarkControllerStatus, crd_yaml,
+    ClusterStarlarkController, ClusterStarlarkControllerSpec, ControlOverrides, Phase,
+    ScriptSource, StarlarkController, StarlarkControllerSpec, StarlarkControllerStatus, crd_yaml,
 };

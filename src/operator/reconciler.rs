@@ -9,19 +9,22 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use super::ceiling::{self, Ceiling};
+use super::confinement;
+use super::decision::{Decision, publish, stop};
 use super::grants::{self, Owner};
-use super::hosted::{self, Hosted, Plan};
+use super::hosted::{self, Plan};
 use super::identity;
-use super::registry::{Key, Registry};
-use super::resource::{Phase, StarlarkController};
-use super::status::{Outcome, Verdict};
+use super::registry::Registry;
+use super::resource::{Phase, StarlarkControllerSpec};
+use super::status::Verdict;
+use super::tenant::Tenant;
 use crate::k8s::discovery::Discovery;
-use crate::rbac::{Catalog, Inference};
+use crate::rbac::{Catalog, Inference, WatchNamespace};
 use crate::script::vars::Vars;
 
 /// Keeps a StarlarkController until its controller is stopped and its cluster-wide
@@ -45,6 +48,9 @@ pub struct Context {
     /// The name of the ceiling ClusterRole.
     pub ceiling: String,
     pub handler_budget: Duration,
+    pub limits: crate::script::host::Limits,
+    /// Where ClusterStarlarkControllers' ServiceAccounts and scripts live.
+    pub operator_namespace: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,17 +69,16 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The reconcile function the operator's controller runs.
+/// The reconcile function the operator's controllers run, for both kinds.
 ///
 /// # Errors
 /// API errors; the controller retries them with backoff.
-pub async fn reconcile(cr: Arc<StarlarkController>, ctx: Arc<Context>) -> Result<Action> {
-    let ns = cr.namespace().unwrap_or_default();
-    let api: Api<StarlarkController> = Api::namespaced(ctx.client.clone(), &ns);
+pub async fn reconcile<K: Tenant>(cr: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    let api = cr.api_of(&ctx.client);
     finalizer(&api, FINALIZER, cr, |event| async {
         match event {
-            finalizer::Event::Apply(cr) => apply(&cr, &ctx).await,
-            finalizer::Event::Cleanup(cr) => cleanup(&cr, &ctx).await,
+            finalizer::Event::Apply(cr) => apply(&*cr, &ctx).await,
+            finalizer::Event::Cleanup(cr) => cleanup(&*cr, &ctx).await,
         }
     })
     .await
@@ -81,62 +86,66 @@ pub async fn reconcile(cr: Arc<StarlarkController>, ctx: Arc<Context>) -> Result
 }
 
 /// Retries a failed reconcile after a while.
-pub fn error_policy(cr: Arc<StarlarkController>, e: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(starlarkcontroller = %format!("{}/{}", cr.namespace().unwrap_or_default(), cr.name_any()), error = %e, "reconcile failed");
+pub fn error_policy<K: Tenant>(cr: Arc<K>, e: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The ServiceAccount generated for a StarlarkController: `starkite-<name>`, shortened
-/// with a hash when that is longer than a label (roles and bindings share the name).
-pub fn service_account_name(name: &str) -> String {
-    let full = format!("starkite-{name}");
+/// The ServiceAccount generated for a controller resource: `starkite-<name>` for a
+/// StarlarkController, `starkite-cluster-<name>` for a ClusterStarlarkController (it
+/// lives in the operator's namespace beside others), shortened with a SHA-256 prefix
+/// when longer than a label (roles and bindings share the name).
+pub fn service_account_name(name: &str, cluster: bool) -> String {
+    let full = if cluster {
+        format!("starkite-cluster-{name}")
+    } else {
+        format!("starkite-{name}")
+    };
     if full.len() <= 63 {
         return full;
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    name.hash(&mut h);
-    let mut short: String = full.chars().take(54).collect();
-    short = short.trim_end_matches('-').to_owned();
-    format!("{short}-{:08x}", h.finish() as u32)
+    let digest = ring::digest::digest(&ring::digest::SHA256, full.as_bytes());
+    let hash: String = digest.as_ref()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let short: String = full.chars().take(54).collect();
+    format!("{}-{hash}", short.trim_end_matches('-'))
 }
 
 async fn read_script(
     ctx: &Context,
-    cr: &StarlarkController,
-    ns: &str,
+    spec: &StarlarkControllerSpec,
+    home: &str,
 ) -> Result<Result<String, String>> {
-    if let Some(s) = &cr.spec.script {
+    if let Some(s) = &spec.script {
         return Ok(Ok(s.clone()));
     }
-    let Some(from) = &cr.spec.script_from else {
+    let Some(from) = &spec.script_from else {
         return Ok(Err("spec.script or spec.scriptFrom is required".into()));
     };
     let r = &from.config_map_key_ref;
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), home);
     match api.get_opt(&r.name).await.map_err(Error::ReadScript)? {
-        None => Ok(Err(format!("ConfigMap {ns}/{} does not exist", r.name))),
+        None => Ok(Err(format!("ConfigMap {home}/{} does not exist", r.name))),
         Some(cm) => match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
             Some(text) => Ok(Ok(text.clone())),
             None => Ok(Err(format!(
-                "ConfigMap {ns}/{} has no key {:?}",
+                "ConfigMap {home}/{} has no key {:?}",
                 r.name, r.key
             ))),
         },
     }
 }
 
-async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
-    let ns = cr.namespace().unwrap_or_default();
+async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
+    let spec = cr.common_spec();
+    let home = cr.home(&ctx.operator_namespace);
     let name = cr.name_any();
-    let key: Key = (ns.clone(), name.clone());
+    let key = cr.key();
     let uid = cr.uid().unwrap_or_default();
-    let generation = cr.metadata.generation.unwrap_or(0);
-    let script = read_script(ctx, cr, &ns).await?;
-    let script_ref = cr
-        .spec
-        .script_from
-        .as_ref()
-        .map(|f| (ns.clone(), f.config_map_key_ref.name.clone()));
+    let generation = cr.meta().generation.unwrap_or(0);
+    let script = read_script(ctx, &spec, &home).await?;
     // The ceiling is part of what was decided: when the administrator changes it, every
     // controller is checked against it again (at the latest on the next RECHECK).
     let ceiling = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
@@ -154,18 +163,16 @@ async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
     if previous == Some(fingerprint) {
         return Ok(Action::requeue(RECHECK));
     }
-    let mut d = Decision::new(
-        ctx,
-        cr,
-        key,
-        uid,
-        fingerprint,
-        generation,
-        script_ref,
-        previous.is_none(),
-    );
+    let mut d = Decision::new(ctx, cr.object_ref(&()), key, uid);
+    d.fingerprint = fingerprint;
+    d.first = previous.is_none();
+    d.outcome.generation = generation;
+    d.script_ref = spec
+        .script_from
+        .as_ref()
+        .map(|f| (home.clone(), f.config_map_key_ref.name.clone()));
 
-    if cr.spec.suspend {
+    if spec.suspend {
         d.outcome.phase = Phase::Suspended;
         d.outcome.conditions = vec![Verdict::no("Ready", "Suspended", "spec.suspend is true")];
         d.finish(None).await;
@@ -178,24 +185,49 @@ async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
     };
+    let watch_override = spec.control.as_ref().and_then(|c| c.namespace.clone());
+    if K::CONFINED
+        && let Some(other) = watch_override.as_deref().filter(|other| *other != home)
+    {
+        let message = format!(
+            "spec.control.namespace: {other:?} is not the StarlarkController's own namespace {home:?}; \
+             a StarlarkController is confined to its namespace (use a ClusterStarlarkController)"
+        );
+        d.invalid("OutsideNamespace", message).await;
+        return Ok(Action::await_change());
+    }
     let file_name = format!("{name}.star");
     if let Err(e) = crate::script::check::check_text(&file_name, &script) {
         d.invalid("ScriptInvalid", e.to_string().trim_end().to_owned())
             .await;
         return Ok(Action::await_change());
     }
-    let inference = match infer(ctx, cr, &file_name, &script).await {
+    let watch = WatchNamespace {
+        replace: watch_override.as_deref(),
+        default: K::CONFINED.then_some(home.as_str()),
+    };
+    let inference = match infer(ctx, &spec, &file_name, &script, watch).await {
         Ok(i) => i,
         Err(e) => {
             d.invalid("ScriptInvalid", e.to_string()).await;
             return Ok(Action::await_change());
         }
     };
+    if let Some(message) = confinement::first_unresolved(&inference) {
+        d.invalid("NotInferable", message).await;
+        return Ok(Action::await_change());
+    }
     let valid = Verdict::yes("ScriptValid", "Valid", "parsed and linted");
 
+    let resolved = inference.rules.resolved(&home);
+    if K::CONFINED
+        && let Some(message) = confinement::first_outside(&resolved, &home)
+    {
+        d.denied(valid, "OutsideNamespace", message).await;
+        return Ok(Action::await_change());
+    }
     // The ceiling bounds what the script needs even when it runs as an existing
     // ServiceAccount (whose own permissions the administrator then answers for).
-    let resolved = inference.rules.resolved(&ns);
     let denied = match &ceiling {
         Ok(c) => c.first_outside(&resolved).map(|rule| {
             format!(
@@ -206,46 +238,48 @@ async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
         Err(missing) => Some(missing.clone()),
     };
     if let Some(message) = denied {
-        d.outcome.conditions = vec![
-            valid,
-            Verdict::no("RBACReady", "BeyondCeiling", &message),
-            Verdict::no("Ready", "RBACDenied", &message),
-        ];
-        d.outcome.error = Some(message.clone());
-        d.event(EventType::Warning, "RBACDenied", &message).await;
-        d.retry_later().finish(None).await;
+        d.retry_later()
+            .denied(valid, "BeyondCeiling", message)
+            .await;
         return Ok(Action::requeue(RETRY));
     }
-    let sa = match &cr.spec.service_account_name {
+    let sa = match &spec.service_account_name {
         Some(existing) => existing.clone(),
         None => {
-            let sa = service_account_name(&name);
+            let sa = service_account_name(&name, !K::CONFINED);
             let owner = Owner {
+                kind: K::KIND,
                 name: &name,
-                namespace: &ns,
+                namespace: cr.namespace(),
                 uid: &d.uid,
             };
-            grants::apply(&ctx.client, &owner, &sa, &inference.rules).await?;
+            grants::apply(&ctx.client, &owner, &sa, &home, &inference.rules).await?;
             sa
         }
     };
-    let mut rbac_message = format!("ServiceAccount {sa}");
+    let mut rbac_message = format!("ServiceAccount {home}/{sa}");
     if !inference.warnings.is_empty() {
         rbac_message += &format!("; not inferred: {}", inference.warnings.join("; "));
     }
     let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
     d.outcome.service_account = Some(sa.clone());
 
-    let client = identity::impersonating(&ctx.config, &ns, &sa).map_err(Error::Impersonate)?;
+    let client = identity::impersonating(&ctx.config, &home, &sa).map_err(Error::Impersonate)?;
     let plan = Plan {
-        name: format!("{ns}/{name}"),
+        name: cr.display(),
         file_name,
         script,
-        vars: cr.spec.vars.clone(),
-        overrides: cr.spec.control.clone(),
-        namespace: ns.clone(),
+        vars: spec.vars.clone(),
+        overrides: spec.control.clone(),
+        namespace: home.clone(),
         handler_budget: ctx.handler_budget,
+        limits: ctx.limits.clone(),
+        confined: K::CONFINED,
     };
+    // Never two writers: the old version stops before the new one's top level runs.
+    if let Some(old) = ctx.registry.take_hosted(&d.key) {
+        stop(old).await;
+    }
     match hosted::start(plan, client).await {
         Ok(h) => {
             let mut message = format!("watching {}", h.watching);
@@ -289,20 +323,16 @@ async fn apply(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
 /// The kinds the script may name: built in, and whatever the cluster serves.
 async fn infer(
     ctx: &Context,
-    cr: &StarlarkController,
+    spec: &StarlarkControllerSpec,
     file_name: &str,
     script: &str,
+    watch: WatchNamespace<'_>,
 ) -> crate::rbac::Result<Inference> {
-    let vars = Vars::from_map(cr.spec.vars.clone());
-    let namespace = cr
-        .spec
-        .control
-        .as_ref()
-        .and_then(|c| c.namespace.as_deref());
+    let vars = Vars::from_map(spec.vars.clone());
     let run = |resources| {
         let mut catalog = Catalog::builtin();
         catalog.add_discovered(resources);
-        crate::rbac::infer_text(file_name, script, catalog, &vars, namespace)
+        crate::rbac::infer_text(file_name, script, catalog, &vars, watch)
     };
     let first = run(ctx.discovery.all().await.unwrap_or_default())?;
     if first.warnings.iter().any(|w| w.contains("--crd")) {
@@ -313,134 +343,21 @@ async fn infer(
     Ok(first)
 }
 
-async fn cleanup(cr: &StarlarkController, ctx: &Context) -> Result<Action> {
-    let key: Key = (cr.namespace().unwrap_or_default(), cr.name_any());
-    if let Some(h) = ctx.registry.remove(&key) {
+async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
+    if let Some(h) = ctx.registry.remove(&cr.key()) {
         stop(h).await;
+        let note = format!("controller stopped: the {} is being deleted", K::KIND);
         publish(
             ctx,
-            cr,
+            &cr.object_ref(&()),
             EventType::Normal,
             "Stopped",
-            "controller stopped: the StarlarkController is being deleted",
+            &note,
         )
         .await;
     }
     grants::remove(&ctx.client, &cr.uid().unwrap_or_default()).await?;
     Ok(Action::await_change())
-}
-
-async fn stop(h: Hosted) {
-    h.controller.shutdown(Duration::from_secs(10)).await;
-}
-
-async fn publish(
-    ctx: &Context,
-    cr: &StarlarkController,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &cr.object_ref(&())).await {
-        tracing::warn!(reason, error = %e, "recording an event");
-    }
-}
-
-/// A reconcile's decision about one StarlarkController, recorded once at the end.
-struct Decision<'a> {
-    ctx: &'a Context,
-    cr: &'a StarlarkController,
-    key: Key,
-    uid: String,
-    fingerprint: u64,
-    script_ref: Option<(String, String)>,
-    /// No decision was recorded for this resource before.
-    first: bool,
-    outcome: Outcome,
-}
-
-impl<'a> Decision<'a> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        ctx: &'a Context,
-        cr: &'a StarlarkController,
-        key: Key,
-        uid: String,
-        fingerprint: u64,
-        generation: i64,
-        script_ref: Option<(String, String)>,
-        first: bool,
-    ) -> Self {
-        let outcome = Outcome {
-            generation,
-            phase: Phase::Failed,
-            ..Default::default()
-        };
-        Decision {
-            ctx,
-            cr,
-            key,
-            uid,
-            fingerprint,
-            script_ref,
-            first,
-            outcome,
-        }
-    }
-
-    /// Forgets the fingerprint, so the next reconcile tries again.
-    fn retry_later(mut self) -> Self {
-        self.fingerprint = 0;
-        self
-    }
-
-    async fn event(&self, type_: EventType, reason: &str, note: &str) {
-        publish(self.ctx, self.cr, type_, reason, note).await;
-    }
-
-    async fn invalid(mut self, reason: &str, message: String) {
-        self.outcome.conditions = vec![
-            Verdict::no("ScriptValid", reason, &message),
-            Verdict::no("Ready", reason, &message),
-        ];
-        self.outcome.error = Some(message.clone());
-        self.event(EventType::Warning, "ScriptInvalid", &message)
-            .await;
-        self.finish(None).await;
-    }
-
-    /// Records the outcome and what now runs; stops what ran before.
-    async fn finish(self, hosted: Option<Hosted>) {
-        let stopping = hosted.is_none();
-        let old = self.ctx.registry.decide(
-            self.key,
-            &self.uid,
-            self.fingerprint,
-            self.outcome,
-            hosted,
-            self.script_ref,
-        );
-        if let Some(old) = old {
-            stop(old).await;
-            if stopping {
-                publish(
-                    self.ctx,
-                    self.cr,
-                    EventType::Normal,
-                    "Stopped",
-                    "controller stopped",
-                )
-                .await;
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -450,11 +367,20 @@ mod tests {
     #[test]
     fn service_account_names_fit_a_label() {
         assert_eq!(
-            service_account_name("max-replicas"),
+            service_account_name("max-replicas", false),
             "starkite-max-replicas"
         );
-        let long = service_account_name(&"x".repeat(63));
+        assert_eq!(
+            service_account_name("policy", true),
+            "starkite-cluster-policy"
+        );
+        let long = service_account_name(&"x".repeat(63), false);
         assert!(long.len() <= 63, "{long}");
-        assert_ne!(long, service_account_name(&"x".repeat(62)));
+        assert_ne!(long, service_account_name(&"x".repeat(62), false));
+        assert_eq!(
+            long,
+            service_account_name(&"x".repeat(63), false),
+            "stable across runs and processes"
+        );
     }
 }

@@ -64,6 +64,12 @@ impl Registry {
         std::mem::replace(&mut entry.hosted, hosted)
     }
 
+    /// Takes the controller running for `key` out, for the caller to stop; the rest of
+    /// the entry stays.
+    pub fn take_hosted(&self, key: &Key) -> Option<Hosted> {
+        self.lock().get_mut(key).and_then(|e| e.hosted.take())
+    }
+
     /// Forgets `key`; returns its controller, which the caller stops.
     pub fn remove(&self, key: &Key) -> Option<Hosted> {
         self.lock().remove(key).and_then(|e| e.hosted)

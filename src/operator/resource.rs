@@ -12,28 +12,29 @@ use serde::{Deserialize, Serialize};
 /// Go-style durations as kite parses them ("30s", "1m30s", "500ms").
 const DURATION: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$";
 
-/// A Starlark controller run by `kite operator` under its own ServiceAccount.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[kube(
-    group = "starkite.io",
-    version = "v1alpha1",
-    kind = "StarlarkController",
-    namespaced,
-    status = "StarlarkControllerStatus",
-    shortname = "slc",
-    category = "starkite",
-    derive = "Default",
-    derive = "PartialEq",
-    doc = "A Starlark controller script that kite operator runs in-process under its own ServiceAccount",
-    printcolumn = r#"{"name": "Kind", "type": "string", "jsonPath": ".status.watching"}"#,
-    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name": "Reconciles", "type": "integer", "jsonPath": ".status.reconciles"}"#,
-    printcolumn = r#"{"name": "Errors", "type": "integer", "jsonPath": ".status.errors"}"#,
-    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
-)]
-#[x_kube(validation = Rule::new("has(self.script) != has(self.scriptFrom)").message("exactly one of script and scriptFrom must be set"))]
-#[serde(rename_all = "camelCase")]
-pub struct StarlarkControllerSpec {
+/// Defines a controller resource's spec (and so, through kube's derive, the resource):
+/// the namespaced and the cluster-scoped kinds share every field, status and column.
+macro_rules! controller_resource {
+    ($(#[$meta:meta])* $spec:ident, #[kube($($kind:tt)*)]) => {
+        $(#[$meta])*
+        #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+        #[kube(
+            group = "starkite.io",
+            version = "v1alpha1",
+            $($kind)*,
+            status = "StarlarkControllerStatus",
+            category = "starkite",
+            derive = "Default",
+            derive = "PartialEq",
+            printcolumn = r#"{"name": "Kind", "type": "string", "jsonPath": ".status.watching"}"#,
+            printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+            printcolumn = r#"{"name": "Reconciles", "type": "integer", "jsonPath": ".status.reconciles"}"#,
+            printcolumn = r#"{"name": "Errors", "type": "integer", "jsonPath": ".status.errors"}"#,
+            printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+        )]
+        #[x_kube(validation = Rule::new("has(self.script) != has(self.scriptFrom)").message("exactly one of script and scriptFrom must be set"))]
+        #[serde(rename_all = "camelCase")]
+        pub struct $spec {
     /// The Starlark source, inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
@@ -52,6 +53,44 @@ pub struct StarlarkControllerSpec {
     /// Stop the controller without deleting it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+}
+    };
+}
+
+controller_resource!(
+    /// A Starlark controller run by `kite operator` under its own ServiceAccount,
+    /// confined to its namespace.
+    StarlarkControllerSpec,
+    #[kube(
+        kind = "StarlarkController",
+        namespaced,
+        shortname = "slc",
+        doc = "A Starlark controller script that kite operator runs in-process under its own ServiceAccount, confined to its namespace"
+    )]
+);
+
+controller_resource!(
+    /// A Starlark controller that may reach several namespaces or cluster-scoped kinds;
+    /// its ServiceAccount lives in the operator's namespace. For cluster administrators.
+    ClusterStarlarkControllerSpec,
+    #[kube(
+        kind = "ClusterStarlarkController",
+        shortname = "cslc",
+        doc = "A Starlark controller script that kite operator runs in-process under its own ServiceAccount, across namespaces"
+    )]
+);
+
+impl From<ClusterStarlarkControllerSpec> for StarlarkControllerSpec {
+    fn from(c: ClusterStarlarkControllerSpec) -> Self {
+        StarlarkControllerSpec {
+            script: c.script,
+            script_from: c.script_from,
+            vars: c.vars,
+            control: c.control,
+            service_account_name: c.service_account_name,
+            suspend: c.suspend,
+        }
+    }
 }
 
 /// Where the script comes from when it is not inline.
@@ -132,13 +171,14 @@ pub struct StarlarkControllerStatus {
     pub started_at: Option<Time>,
 }
 
-/// The CustomResourceDefinition, as YAML (`kite crd`, `crds/starlarkcontroller.yaml`).
+/// Both CustomResourceDefinitions, as YAML (`kite crd`, `crds/starlarkcontroller.yaml`).
 ///
 /// # Errors
 /// Only when serialization fails (not expected).
 pub fn crd_yaml() -> anyhow::Result<String> {
-    let crd = serde_json::to_value(StarlarkController::crd())?;
-    crate::k8s::manifest::to_yaml(&[crd])
+    let namespaced = serde_json::to_value(StarlarkController::crd())?;
+    let cluster = serde_json::to_value(ClusterStarlarkController::crd())?;
+    crate::k8s::manifest::to_yaml(&[namespaced, cluster])
 }
 
 #[cfg(test)]
@@ -194,6 +234,33 @@ mod tests {
         let poll = &spec["properties"]["control"]["properties"]["poll"];
         assert_eq!(poll["pattern"], DURATION);
         assert!(v["subresources"]["status"].is_object());
+
+        let cluster = serde_json::to_value(ClusterStarlarkController::crd()).unwrap();
+        assert_eq!(
+            cluster["metadata"]["name"],
+            "clusterstarlarkcontrollers.starkite.io"
+        );
+        assert_eq!(cluster["spec"]["scope"], "Cluster");
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+        assert_eq!(
+            cluster["spec"]["names"]["shortNames"],
+            serde_json::json!(["cslc"])
+        );
+        let cv = &cluster["spec"]["versions"][0];
+        assert_eq!(
+            cv["additionalPrinterColumns"],
+            v["additionalPrinterColumns"]
+        );
+        let schema = |v: &serde_json::Value, part: &str, key: &str| {
+            v["schema"]["openAPIV3Schema"]["properties"][part][key].clone()
+        };
+        for (part, key) in [
+            ("spec", "properties"),
+            ("spec", "x-kubernetes-validations"),
+            ("status", "properties"),
+        ] {
+            assert_eq!(schema(cv, part, key), schema(v, part, key), "{part}.{key}");
+        }
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub struct Inference {
     pub rules: Rules,
     /// Problems to show the user, each starting with `file:line:col`.
     pub warnings: Vec<String>,
+    /// The warnings about calls whose permissions could not be inferred at all (a kind
+    /// that is computed or unknown): the rules are incomplete by these.
+    pub unresolved: Vec<String>,
     /// The `k8s.control()` options deployment depends on; None if the script has none.
     pub control: Option<ControlFacts>,
     /// The script and every file it loads, relative to the script's directory; the script first.
@@ -87,12 +90,19 @@ const HANDLERS: &[&str] = &[
 /// decide is a warning in the result instead.
 pub fn infer(path: &Path, catalog: Catalog, vars: &Vars, extra: &[String]) -> Result<Inference> {
     let source = Source::read(path)?;
-    infer_source(path, &source, catalog, vars, extra, None)
+    infer_source(
+        path,
+        &source,
+        catalog,
+        vars,
+        extra,
+        WatchNamespace::default(),
+    )
 }
 
 /// [`infer`] for script text without a file, shown as `name` (which also names the
-/// default leader-election lease, as the script's file name would). `namespace`
-/// overrides the namespace the script's `k8s.control()` watches.
+/// default leader-election lease, as the script's file name would). `watch` says
+/// which namespace the script's `k8s.control()` watches when it is run by the operator.
 ///
 /// # Errors
 /// A syntax error.
@@ -101,10 +111,19 @@ pub fn infer_text(
     text: &str,
     catalog: Catalog,
     vars: &Vars,
-    namespace: Option<&str>,
+    watch: WatchNamespace<'_>,
 ) -> Result<Inference> {
     let source = Source::from_text(name, text)?;
-    infer_source(Path::new(name), &source, catalog, vars, &[], namespace)
+    infer_source(Path::new(name), &source, catalog, vars, &[], watch)
+}
+
+/// The namespace a hosted `k8s.control()` watches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WatchNamespace<'a> {
+    /// Replaces whatever the script names (`spec.control.namespace`).
+    pub replace: Option<&'a str>,
+    /// Used when the script names none (a StarlarkController's own namespace).
+    pub default: Option<&'a str>,
 }
 
 fn infer_source(
@@ -113,7 +132,7 @@ fn infer_source(
     catalog: Catalog,
     vars: &Vars,
     extra: &[String],
-    namespace: Option<&str>,
+    watch: WatchNamespace<'_>,
 ) -> Result<Inference> {
     let index = Index::new(source);
     let mut a = Analyzer {
@@ -124,7 +143,8 @@ fn infer_source(
         out: Inference::default(),
         clients: HashMap::new(),
         primary: None,
-        namespace_override: namespace.map(str::to_owned),
+        namespace_override: watch.replace.map(str::to_owned),
+        control_default: watch.default.map(str::to_owned),
     };
     for file in &source.outside {
         a.out.warnings.push(format!(
@@ -245,6 +265,8 @@ struct Analyzer<'a> {
     primary: Option<Primary>,
     /// A namespace that replaces the one `k8s.control()` names (the operator's override).
     namespace_override: Option<String>,
+    /// The namespace `k8s.control()` watches when it names none (a StarlarkController's).
+    control_default: Option<String>,
 }
 
 impl<'a> Analyzer<'a> {
@@ -265,6 +287,15 @@ impl<'a> Analyzer<'a> {
         if !self.out.warnings.contains(&w) {
             self.out.warnings.push(w);
         }
+    }
+
+    /// A warning about permissions that could not be inferred.
+    fn unresolved(&mut self, module: usize, expr: &AstExpr, message: String) {
+        let w = format!("{}: {message}", self.position(module, expr));
+        if !self.out.unresolved.contains(&w) {
+            self.out.unresolved.push(w);
+        }
+        self.warn(module, expr, message);
     }
 
     /// Every expression of every module, with its module.
@@ -369,7 +400,7 @@ impl<'a> Analyzer<'a> {
                 "names": {"kind": field("kind"), "plural": field("plural"), "singular": field("singular"), "shortNames": short},
                 "versions": [{"name": field("version"), "storage": true, "subresources": {"status": {}}}]}});
             if let Err(e) = self.catalog.add_crd(&crd) {
-                self.warn(module, expr, format!("k8s.obj.crd(): its kind cannot be known without running the script ({e}); give the CRD with --crd FILE"));
+                self.unresolved(module, expr, format!("k8s.obj.crd(): its kind cannot be known without running the script ({e}); give the CRD with --crd FILE"));
             }
         }
         for m in &self.source.modules {
@@ -442,12 +473,51 @@ impl<'a> Analyzer<'a> {
         match ns {
             Ns::Literal(s) => Scope::Namespace(s.clone()),
             Ns::Absent => client_default.map_or(Scope::Own, |s| Scope::Namespace(s.to_owned())),
+            // Confined to one namespace, a computed one is granted only there: anything
+            // else it computes at run time is refused by the API server.
+            Ns::Dynamic if self.control_default.is_some() => Scope::Own,
             Ns::Dynamic => Scope::Cluster,
             Ns::Primary => self
                 .primary
                 .as_ref()
                 .map_or(Scope::Cluster, |p| p.scope.clone()),
         }
+    }
+
+    /// Like [`Self::ns_arg`], and also knows `obj.metadata.namespace` of the watched
+    /// object (directly or through a local), which is the primary's namespace.
+    fn ns_in(&self, frame: &Frame<'_>, expr: Option<&AstExpr>) -> Ns {
+        match self.ns_arg(expr) {
+            Ns::Dynamic if expr.is_some_and(|e| self.is_primary_namespace(frame, e, 0)) => {
+                Ns::Primary
+            }
+            ns => ns,
+        }
+    }
+
+    fn is_primary_namespace(&self, frame: &Frame<'_>, expr: &AstExpr, depth: usize) -> bool {
+        if depth > 4 {
+            return false;
+        }
+        let field = |e: &'_ AstExpr, name: &str| -> Option<AstExpr> {
+            match &e.node {
+                ExprP::Dot(obj, f) if f.node == name => Some((**obj).clone()),
+                ExprP::Index(pair) if literal_str(&pair.1) == Some(name) => Some(pair.0.clone()),
+                _ => None,
+            }
+        };
+        if let ExprP::Identifier(id) = &expr.node
+            && let Some(assigned) = frame.locals.get(&id.node.ident)
+        {
+            return assigned.len() == 1 && self.is_primary_namespace(frame, assigned[0], depth + 1);
+        }
+        let Some(meta) = field(expr, "namespace") else {
+            return false;
+        };
+        let Some(obj) = field(&meta, "metadata") else {
+            return false;
+        };
+        matches!(&obj.node, ExprP::Identifier(id) if frame.primary_param.as_deref() == Some(id.node.ident.as_str()))
     }
 
     fn ns_arg(&self, expr: Option<&AstExpr>) -> Ns {
@@ -469,17 +539,17 @@ impl<'a> Analyzer<'a> {
         what: &str,
     ) -> Option<(Resource, String)> {
         let Some(expr) = expr else {
-            self.warn(module, call, format!("{what}(): no kind given"));
+            self.unresolved(module, call, format!("{what}(): no kind given"));
             return None;
         };
         let Some(kind) = self.const_str(expr) else {
-            self.warn(module, expr, format!("{what}(): the kind is not a literal string, so its permissions cannot be inferred; grant them with --rule GROUP/RESOURCE:VERBS"));
+            self.unresolved(module, expr, format!("{what}(): the kind is not a literal string, so its permissions cannot be inferred; grant them with --rule GROUP/RESOURCE:VERBS"));
             return None;
         };
         match self.catalog.resolve(&kind) {
             Ok(r) => Some((r.clone(), kind)),
             Err(e) => {
-                self.warn(module, expr, format!("{what}(): {e}; give its CRD with --crd FILE or grant it with --rule GROUP/RESOURCE:VERBS"));
+                self.unresolved(module, expr, format!("{what}(): {e}; give its CRD with --crd FILE or grant it with --rule GROUP/RESOURCE:VERBS"));
                 None
             }
         }

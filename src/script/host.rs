@@ -1,6 +1,7 @@
 //! The host context a script runs in, handed to builtins through `Evaluator.extra`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use starlark::any::ProvidesStaticType;
 use starlark::eval::Evaluator;
@@ -28,8 +29,90 @@ pub struct Host {
     pub k8s: crate::k8s::session::SessionCell,
     /// What this script's own writes returned, for self-echo suppression.
     pub writes: crate::control::echo::WriteLog,
+    /// Where `print()` goes.
+    pub printer: super::printer::Printer,
+    /// What the script may ask for and use.
+    pub limits: Limits,
     /// Set by `k8s.control(...)`: the controller the script asked for.
     control: std::sync::Mutex<Option<ControlRequest>>,
+}
+
+/// Bounds on what a script may ask for and use. `kite run` trusts its user and keeps
+/// them generous; the operator sets floors for the scripts it hosts.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The shortest poll, resync, backoff or requeue a controller may use.
+    pub min_period: Duration,
+    /// The most workers one controller may run.
+    pub max_workers: usize,
+    /// The memory one evaluation (the top level, or one handler call) may use, in bytes.
+    pub memory: usize,
+    /// The most children one reconcile may return.
+    pub max_children: usize,
+    /// Where the limits come from, for messages (e.g. "the operator's").
+    pub source: &'static str,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            min_period: Duration::ZERO,
+            max_workers: 64,
+            memory: 2 << 30,
+            max_children: 10_000,
+            source: "kite's",
+        }
+    }
+}
+
+/// The largest child object kite applies: the API server's own request limit (etcd
+/// refuses larger values anyway), checked before anything is sent.
+pub const MAX_OBJECT_BYTES: usize = 3 << 19;
+
+impl Limits {
+    /// Checks the children a reconcile returned.
+    ///
+    /// # Errors
+    /// Too many children, or one larger than [`MAX_OBJECT_BYTES`], naming it.
+    pub fn check_children(&self, children: &[serde_json::Value]) -> Result<(), String> {
+        if children.len() > self.max_children {
+            return Err(format!(
+                "returned {} children, more than {} limit of {}",
+                children.len(),
+                self.source,
+                self.max_children
+            ));
+        }
+        for (i, child) in children.iter().enumerate() {
+            let size = serde_json::to_vec(child).map(|v| v.len()).unwrap_or(0);
+            if size > MAX_OBJECT_BYTES {
+                let name = child["metadata"]["name"].as_str().unwrap_or("?");
+                return Err(format!(
+                    "child {i} ({} {name}) is {} KiB, more than the {} KiB an object may be",
+                    child["kind"].as_str().unwrap_or("object"),
+                    size / 1024,
+                    MAX_OBJECT_BYTES / 1024
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a period a script asked for (`what` names it: "poll", "a requeue", ...).
+    ///
+    /// # Errors
+    /// A period below the floor, naming both.
+    pub fn check_period(&self, what: &str, period: Duration) -> anyhow::Result<()> {
+        if period < self.min_period {
+            anyhow::bail!(
+                "{what} of {} is below {} floor of {}",
+                crate::duration::format(period),
+                self.source,
+                crate::duration::format(self.min_period)
+            );
+        }
+        Ok(())
+    }
 }
 
 /// A controller requested by `k8s.control(...)`, and the client it was called on.
@@ -54,6 +137,8 @@ impl Host {
             kube,
             k8s: Default::default(),
             writes: Default::default(),
+            printer: super::printer::Printer::plain(),
+            limits: Limits::default(),
             control: Default::default(),
         }
     }

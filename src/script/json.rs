@@ -80,7 +80,12 @@ pub fn from_starlark(value: Value) -> Result<Json> {
 
 fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
     if depth > MAX_DEPTH {
-        return Err(Error::TooDeep { path: path.clone() });
+        // The path of a cycle repeats itself: its start says enough.
+        let mut shown: String = path.chars().take(60).collect();
+        if shown.len() < path.len() {
+            shown += "...";
+        }
+        return Err(Error::TooDeep { path: shown });
     }
     if value.is_none() {
         return Ok(Json::Null);

@@ -81,6 +81,7 @@ impl FileLoader for Loader<'_> {
                 let mut eval = Evaluator::new(&module);
                 eval.extra = Some(self.host);
                 eval.set_loader(&loader);
+                eval.set_print_handler(&self.host.printer);
                 eval.eval_module(ast, globals())?;
             }
             module

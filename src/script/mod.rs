@@ -1,13 +1,16 @@
 //! The Starlark host: parsing, globals, vars, permissions, printing, diagnostics, AttrDict.
 
 pub mod attrdict;
+pub mod budget;
 pub mod builtins;
 pub mod check;
 pub mod host;
 pub mod json;
 pub mod lint;
 pub mod loader;
+pub mod memory;
 pub mod permissions;
+pub mod printer;
 pub mod run;
 pub mod syntax;
 pub mod vars;

@@ -1,11 +1,9 @@
 //! `kite run`: parse a script, evaluate it, call `main()` if it defines one and never
 //! calls it, and report errors with file:line:col, the source snippet and a traceback.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use starlark::PrintHandler;
 use starlark::environment::{FrozenModule, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::AstModule;
@@ -14,6 +12,7 @@ use super::builtins::globals;
 use super::host::{ControlRequest, Host};
 use super::loader::{LoadCache, Loader, dialect, display_name};
 use super::syntax;
+use super::{budget, memory};
 use crate::control::handlers::Handlers;
 
 /// Why a run failed, which decides the exit code.
@@ -43,19 +42,6 @@ impl Error {
     }
 }
 
-/// Writes `print()` output to stdout a line at a time, so it interleaves correctly
-/// with other processes' output and shows up as it happens.
-pub struct StdoutPrinter;
-
-impl PrintHandler for StdoutPrinter {
-    fn println(&self, text: &str) -> starlark::Result<()> {
-        let mut out = std::io::stdout().lock();
-        // A closed stdout must not kill the controller; the line is simply lost.
-        let _ = writeln!(out, "{text}").and_then(|_| out.flush());
-        Ok(())
-    }
-}
-
 /// Parses a script file.
 ///
 /// # Errors
@@ -79,7 +65,7 @@ pub enum Finished {
     /// frozen handlers.
     Controller {
         request: Box<ControlRequest>,
-        handlers: Handlers,
+        handlers: Box<Handlers>,
     },
 }
 
@@ -89,7 +75,8 @@ pub enum Finished {
 /// A parse or evaluation error, rendered for the terminal.
 pub fn run(path: &Path, host: &Host) -> Result<Finished> {
     let (ast, source) = parse(path)?;
-    evaluate(ast, &source, Some(script_dir(path)), host, None)
+    let name = display_name(&path.canonicalize().unwrap_or_else(|_| path.to_path_buf()));
+    evaluate(ast, &name, &source, Some(script_dir(path)), host, None)
 }
 
 /// Runs script text that has no file (a StarlarkController's script), shown as `name`
@@ -101,11 +88,12 @@ pub fn run(path: &Path, host: &Host) -> Result<Finished> {
 pub fn run_text(name: &str, text: &str, host: &Host, budget: Duration) -> Result<Finished> {
     let ast = AstModule::parse(name, text.to_owned(), &dialect())
         .map_err(|e| Error::Script(e.to_string()))?;
-    evaluate(ast, text, None, host, Some(budget))
+    evaluate(ast, name, text, None, host, Some(budget))
 }
 
 fn evaluate(
     ast: AstModule,
+    name: &str,
     source: &str,
     dir: Option<PathBuf>,
     host: &Host,
@@ -113,54 +101,80 @@ fn evaluate(
 ) -> Result<Finished> {
     let deadline = budget.map(|b| Instant::now() + b);
     let calls_main = syntax::calls(&ast, "main");
+    let positions = syntax::def_positions(&ast);
     let cache = LoadCache::default();
     let loader = Loader {
         dir,
         cache: &cache,
         host,
     };
-    let result = Module::with_temp_heap(|module| -> starlark::Result<Option<FrozenModule>> {
-        let evaluated = {
-            let mut eval = Evaluator::new(&module);
-            eval.extra = Some(host);
-            eval.set_loader(&loader);
-            eval.set_print_handler(&StdoutPrinter);
-            if let Some(deadline) = deadline {
-                eval.set_check_cancelled(Box::new(move || Instant::now() >= deadline));
-            }
-            eval.eval_module(ast, globals()).and_then(|_| {
-                let main = module.get("main").filter(|m| m.get_type() == "function");
-                match (calls_main, main) {
-                    (false, Some(main)) => eval.eval_function(main, &[], &[]).map(|_| ()),
-                    _ => Ok(()),
+    let evaluate = || {
+        Module::with_temp_heap(|module| -> starlark::Result<Option<FrozenModule>> {
+            let evaluated = {
+                let mut eval = Evaluator::new(&module);
+                eval.extra = Some(host);
+                eval.set_loader(&loader);
+                eval.set_print_handler(&host.printer);
+                // Only fails when already set, which it is not on a new evaluator.
+                let _ = eval.set_max_heap_size(host.limits.memory);
+                if let Some(deadline) = deadline {
+                    eval.set_check_cancelled(Box::new(move || Instant::now() >= deadline));
                 }
+                eval.eval_module(ast, globals()).and_then(|_| {
+                    let main = module.get("main").filter(|m| m.get_type() == "function");
+                    match (calls_main, main) {
+                        (false, Some(main)) => eval.eval_function(main, &[], &[]).map(|_| ()),
+                        _ => Ok(()),
+                    }
+                })
+            };
+            match evaluated {
+                // k8s.control() unwinds the script with an error once it has recorded the
+                // controller; anything else is a real error.
+                Err(_) if host.control_requested() => {}
+                Err(e) => return Err(e),
+                Ok(()) if !host.control_requested() => return Ok(None),
+                Ok(()) => {}
+            }
+            module.freeze().map(Some).map_err(|e| {
+                starlark::Error::new_other(anyhow::anyhow!("freezing the script: {e:?}"))
             })
-        };
-        match evaluated {
-            // k8s.control() unwinds the script with an error once it has recorded the
-            // controller; anything else is a real error.
-            Err(_) if host.control_requested() => {}
-            Err(e) => return Err(e),
-            Ok(()) if !host.control_requested() => return Ok(None),
-            Ok(()) => {}
-        }
-        module
-            .freeze()
-            .map(Some)
-            .map_err(|e| starlark::Error::new_other(anyhow::anyhow!("freezing the script: {e:?}")))
-    });
+        })
+    };
+    // Blocking builtins at the top level wake up at the deadline too.
+    let scoped = || match deadline {
+        Some(deadline) => budget::scope(
+            budget::Budget {
+                deadline,
+                stop: None,
+            },
+            evaluate,
+        ),
+        None => evaluate(),
+    };
+    // A refused allocation has no position of its own: the script is named instead.
+    let result = memory::guard(host.limits.memory, scoped)
+        .map_err(|e| Error::Script(format!("error: {e} (--script-memory)\n --> {name}\n")))?;
     for name in host.vars.unused(source) {
         eprintln!("warning: --var {name} is never read by the script");
     }
-    let frozen = result.map_err(|e| Error::Script(e.to_string()))?;
+    let frozen = result.map_err(|e| match (budget, deadline) {
+        // Cancellation carries no position of its own: name the script and the budget.
+        (Some(b), Some(d)) if Instant::now() >= d => Error::Script(format!(
+            "error: the script's top level ran longer than {} and was cancelled (a loop that never ends?)\n --> {name}\n",
+            crate::duration::format(b)
+        )),
+        _ => Error::Script(e.to_string()),
+    })?;
     let (Some(frozen), Some(request)) = (frozen, host.take_control()) else {
         return Ok(Finished::Done);
     };
-    let handlers = Handlers::from_module(frozen)
+    let mut handlers = Handlers::from_module(frozen)
         .ok_or_else(|| Error::Script(format!("error: {}", crate::k8s::module::CONTROL_STARTED)))?;
+    handlers.positions = positions;
     Ok(Finished::Controller {
         request: Box::new(request),
-        handlers,
+        handlers: Box::new(handlers),
     })
 }
 
@@ -173,15 +187,19 @@ pub fn summary(rendered: &str) -> String {
         .or_else(|| rendered.lines().find(|l| !l.trim().is_empty()))
         .unwrap_or_default()
         .trim();
-    let position = rendered
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix("--> "))
-        .map(str::trim);
-    let line = match position {
-        Some(p) if !message.contains(p) => format!("{p}: {message}"),
+    let line = match position(rendered) {
+        Some(p) if !message.contains(&p) => format!("{p}: {message}"),
         _ => message.to_owned(),
     };
     line.chars().take(1000).collect()
+}
+
+/// The innermost `file:line:col` of a rendered diagnostic (its `-->` line).
+pub fn position(rendered: &str) -> Option<String> {
+    rendered
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("--> "))
+        .map(|p| p.trim().to_owned())
 }
 
 fn script_dir(path: &Path) -> PathBuf {

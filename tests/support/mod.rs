@@ -5,6 +5,8 @@
 //! test ends, passed or failed. Tests may run in parallel.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod operator;
+
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -396,7 +398,8 @@ pub async fn install_staticsite_crd() {
     .await;
 }
 
-/// Installs the StarlarkController CRD (idempotent) and waits until it is served.
+/// Installs the StarlarkController and ClusterStarlarkController CRDs (idempotent) and
+/// waits until they are served.
 pub async fn install_starlarkcontroller_crd() {
     kubectl_ok(&["apply", "-f", "crds/starlarkcontroller.yaml"]).await;
     kubectl_ok(&[
@@ -404,6 +407,7 @@ pub async fn install_starlarkcontroller_crd() {
         "--for=condition=Established",
         "--timeout=60s",
         "crd/starlarkcontrollers.starkite.io",
+        "crd/clusterstarlarkcontrollers.starkite.io",
     ])
     .await;
 }

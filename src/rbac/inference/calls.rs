@@ -99,10 +99,20 @@ impl<'a> Analyzer<'a> {
             "apply" => (&["create", "patch"], false),
             "status" => (&["patch"], true),
             "event" => {
-                let scope = match self.ns_arg(args.get("namespace")) {
-                    Ns::Literal(s) => crate::rbac::Scope::Namespace(s),
-                    // The event goes to its object's namespace, known only at run time.
-                    _ => crate::rbac::Scope::Cluster,
+                // Without a namespace the event goes to its object's namespace.
+                let ns = match self.ns_in(frame, args.get("namespace")) {
+                    Ns::Absent => match args.arg(0, "obj").and_then(|o| self.object(frame, o, 0)) {
+                        Some(targets) if targets.iter().all(|(_, n)| matches!(n, Ns::Primary)) => {
+                            Ns::Primary
+                        }
+                        _ => Ns::Dynamic,
+                    },
+                    ns => ns,
+                };
+                let events = self.catalog.resolve("events").ok().cloned();
+                let scope = match events {
+                    Some(r) => self.scope(&r, &ns, None),
+                    None => crate::rbac::Scope::Cluster,
                 };
                 let site = self.site(module, expr, format!("{name}()"));
                 self.out
@@ -116,10 +126,10 @@ impl<'a> Analyzer<'a> {
             return;
         };
         let Some(targets) = self.object(frame, obj, 0) else {
-            self.warn(module, obj, format!("{name}(): the object's kind cannot be known without running the script; grant it with --rule GROUP/RESOURCE:VERBS"));
+            self.unresolved(module, obj, format!("{name}(): the object's kind cannot be known without running the script; grant it with --rule GROUP/RESOURCE:VERBS"));
             return;
         };
-        let call_ns = args.get("namespace").map(|e| self.ns_arg(Some(e)));
+        let call_ns = args.get("namespace").map(|e| self.ns_in(frame, Some(e)));
         for (r, ns) in targets {
             let ns = call_ns.clone().unwrap_or(ns);
             let scope = self.scope(&r, &ns, client_ns.as_deref());
@@ -170,7 +180,7 @@ impl<'a> Analyzer<'a> {
                 let r = match self.catalog.resolve_gvk(api_version, kind) {
                     Ok(r) => r.clone(),
                     Err(e) => {
-                        self.warn(frame.module, expr, e);
+                        self.unresolved(frame.module, expr, e);
                         return None;
                     }
                 };
@@ -181,7 +191,7 @@ impl<'a> Analyzer<'a> {
                 let r = match self.catalog.resolve_gvk(api_version, kind) {
                     Ok(r) => r.clone(),
                     Err(e) => {
-                        self.warn(
+                        self.unresolved(
                             frame.module,
                             expr,
                             format!("{e}; give its CRD with --crd FILE"),

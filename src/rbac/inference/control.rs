@@ -44,9 +44,12 @@ impl<'a> Analyzer<'a> {
                 ),
             }
         }
-        let ns = match &self.namespace_override {
-            Some(o) => Ns::Literal(o.clone()),
-            None => self.ns_arg(args.get("namespace")),
+        let ns = match (&self.namespace_override, args.get("namespace")) {
+            (Some(o), _) => Ns::Literal(o.clone()),
+            (None, None) if self.control_default.is_some() => {
+                Ns::Literal(self.control_default.clone().unwrap_or_default())
+            }
+            (None, arg) => self.ns_arg(arg),
         };
         let resolved = self.kind(module, kind_expr, call, "k8s.control");
         if let Some((resource, kind)) = resolved {

@@ -1,0 +1,213 @@
+//! A per-thread memory budget for script evaluation: the process allocator counts what
+//! each thread allocates, and a script that outgrows its budget in one step fails with
+//! an error instead of taking the whole process down.
+//!
+//! Starlark's own heap limit (`Evaluator::set_max_heap_size`) is only checked every
+//! thousand instructions, so `s = s + s` forty times would allocate a terabyte between
+//! two checks. The allocator closes that gap for Starlark's heap: its arena (bumpalo)
+//! turns a refused chunk into a panic, which unwinds to [`guard`] and becomes
+//! [`Exceeded`]. The arena's chunks are the only allocations refused, recognized by
+//! their shape (16-byte aligned, sized to fill whole pages after malloc's own 16 bytes);
+//! a plain Rust allocation that failed would abort the process (`handle_alloc_error`),
+//! which is exactly what this module exists to prevent.
+//!
+//! # Caveats
+//! A single builtin that builds a large Rust vector (`[0] * n`) still allocates it
+//! before the copy into Starlark's heap is refused, so memory can peak at that size
+//! for a moment. Memory is counted per thread, and nothing is counted unless the
+//! binary installs [`Counting`] as its global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// The alignment of bumpalo's chunks, which Starlark's heap is made of.
+const CHUNK_ALIGN: usize = 16;
+/// bumpalo sizes a chunk of a page or more so that, with malloc's 16-byte header, it
+/// fills whole pages: its size is 16 bytes short of a page multiple.
+const PAGE: usize = 4096;
+const MALLOC_OVERHEAD: usize = 16;
+/// Allocations this small always succeed, so that unwinding and error messages work
+/// even on a thread over its budget.
+const SMALL: usize = 64 * 1024;
+
+thread_local! {
+    /// Bytes this thread may still allocate while a [`guard`] is active.
+    static BUDGET: Cell<Option<isize>> = const { Cell::new(None) };
+    /// Set when an allocation was refused, so the panic it causes is recognized.
+    static REFUSED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The system allocator with per-thread accounting; install it in the binary with
+/// `#[global_allocator]`.
+pub struct Counting;
+
+fn charge(size: usize, align: usize) -> bool {
+    // `try_with` never panics, and these const, drop-free thread locals never allocate.
+    BUDGET
+        .try_with(|b| match b.get() {
+            None => true,
+            Some(left) => {
+                let next = left - size as isize;
+                if next < 0 && size > SMALL && is_chunk(size, align) {
+                    let _ = REFUSED.try_with(|r| r.set(true));
+                    return false;
+                }
+                b.set(Some(next));
+                true
+            }
+        })
+        .unwrap_or(true)
+}
+
+fn is_chunk(size: usize, align: usize) -> bool {
+    align == CHUNK_ALIGN && size % PAGE == PAGE - MALLOC_OVERHEAD
+}
+
+fn refund(size: usize) {
+    let _ = BUDGET.try_with(|b| {
+        if let Some(left) = b.get() {
+            b.set(Some(left.saturating_add(size as isize)));
+        }
+    });
+}
+
+// SAFETY: every call is forwarded to `System` with the same layout; the accounting
+// touches only thread-local cells and never allocates or unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !charge(layout.size(), layout.align()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's layout, as GlobalAlloc requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !charge(layout.size(), layout.align()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        refund(layout.size());
+        // SAFETY: `ptr` was allocated by `System` with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() && !charge(new_size - layout.size(), layout.align()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: as above.
+        let out = unsafe { System.realloc(ptr, layout, new_size) };
+        if new_size < layout.size() {
+            refund(layout.size() - new_size);
+        }
+        out
+    }
+}
+
+/// Keeps the panic message of a refused allocation off stderr: the refusal becomes an
+/// ordinary script error ([`Exceeded`]), reported where the script's errors go. Other
+/// panics are reported as before. Call once, early in `main`.
+pub fn quiet_refusals() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if REFUSED.try_with(Cell::get).unwrap_or(false) {
+            return;
+        }
+        default(info)
+    }));
+}
+
+/// Has large allocations (a script's long strings, big objects) always come from their
+/// own mappings, which go back to the OS when freed. glibc otherwise raises this
+/// threshold to the size of the largest block freed so far, and a script that built a
+/// 10 MB object once would leave later ones in its heap for good. Call once, early.
+pub fn return_large_blocks() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a glibc tunable; called before other threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
+/// Gives memory that scripts freed back to the operating system. glibc keeps freed
+/// memory in per-thread arenas, so without this a controller that stopped, or a script
+/// that hit its limit, would leave the process larger for good. Blocks for a moment:
+/// call it off the async runtime's workers.
+pub fn release() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas; any pad value is valid.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// A script went over its memory budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the script exceeded its memory limit of {} MiB", .limit / (1024 * 1024))]
+pub struct Exceeded {
+    pub limit: usize,
+}
+
+/// Runs `f` with a budget of `limit` bytes for this thread. A panic that the budget
+/// caused becomes [`Exceeded`]; any other panic continues to unwind.
+///
+/// # Errors
+/// [`Exceeded`] when the budget refused an allocation and `f` could not finish.
+pub fn guard<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T, Exceeded> {
+    let outer = BUDGET.with(|b| b.replace(Some(limit.min(isize::MAX as usize) as isize)));
+    REFUSED.with(|r| r.set(false));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    BUDGET.with(|b| b.set(outer));
+    let refused = REFUSED.with(|r| r.replace(false));
+    match result {
+        Ok(v) => Ok(v),
+        Err(_) if refused => Err(Exceeded { limit }),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bumpalo chunk of `pages` pages.
+    fn chunk(pages: usize) -> usize {
+        pages * PAGE - MALLOC_OVERHEAD
+    }
+
+    #[test]
+    fn a_refused_chunk_is_reported_and_small_allocations_still_work() {
+        assert!(
+            charge(chunk(1 << 28), CHUNK_ALIGN),
+            "no budget outside a guard"
+        );
+        let r = guard(1 << 20, || {
+            assert!(charge(chunk(100), CHUNK_ALIGN));
+            assert!(charge(100, 8), "small allocations always pass");
+            assert!(
+                charge(1 << 21, 8),
+                "plain Rust allocations are never refused"
+            );
+            assert!(charge(1 << 21, CHUNK_ALIGN), "nor hash tables");
+            assert!(!charge(chunk(100), CHUNK_ALIGN));
+            panic!("out of memory");
+        });
+        assert_eq!(r, Err(Exceeded { limit: 1 << 20 }));
+        assert!(
+            charge(chunk(1 << 28), CHUNK_ALIGN),
+            "the budget ends with the guard"
+        );
+        assert_eq!(guard(10, || 7), Ok(7));
+    }
+
+    #[test]
+    fn other_panics_go_on_unwinding() {
+        let r = std::panic::catch_unwind(|| guard(1 << 20, || panic!("a bug")));
+        assert!(r.is_err());
+    }
+}

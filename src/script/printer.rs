@@ -1,0 +1,151 @@
+//! Where a script's `print()` goes: stdout a line at a time, and for hosted scripts with
+//! their StarlarkController's name in front and a rate limit, so that one chatty
+//! script cannot flood the operator's log or drown the others.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use starlark::PrintHandler;
+
+/// A token bucket of lines: `burst` at once, refilled at `per_second`.
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimit {
+    pub per_second: f64,
+    pub burst: f64,
+}
+
+/// A hosted script's lines: 20 a second on average, 100 at once.
+pub const HOSTED: RateLimit = RateLimit {
+    per_second: 20.0,
+    burst: 100.0,
+};
+
+/// Writes `print()` lines to stdout.
+#[derive(Debug, Default)]
+pub struct Printer {
+    prefix: Option<String>,
+    limit: Option<RateLimit>,
+    state: Mutex<Bucket>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+    dropped: u64,
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Bucket {
+            tokens: f64::MAX,
+            at: Instant::now(),
+            dropped: 0,
+        }
+    }
+}
+
+impl Printer {
+    /// Every line, unprefixed (`kite run`).
+    pub fn plain() -> Self {
+        Self::default()
+    }
+
+    /// Lines prefixed with `[name] ` and limited to `limit`.
+    pub fn hosted(name: &str, limit: RateLimit) -> Self {
+        Printer {
+            prefix: Some(format!("[{name}] ")),
+            limit: Some(limit),
+            state: Mutex::new(Bucket {
+                tokens: limit.burst,
+                at: Instant::now(),
+                dropped: 0,
+            }),
+        }
+    }
+
+    /// The lines to write for `text` now: none when over the rate, and a note on what
+    /// was dropped once lines flow again.
+    fn admit(&self, text: &str, now: Instant) -> Vec<String> {
+        let prefix = self.prefix.as_deref().unwrap_or_default();
+        let Some(limit) = self.limit else {
+            return vec![format!("{prefix}{text}")];
+        };
+        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * limit.per_second).min(limit.burst);
+        b.at = now;
+        if b.tokens < 1.0 {
+            b.dropped += 1;
+            return Vec::new();
+        }
+        b.tokens -= 1.0;
+        let mut out = Vec::with_capacity(2);
+        if b.dropped > 0 {
+            out.push(format!(
+                "{prefix}... {} lines dropped (more than {} a second)",
+                std::mem::take(&mut b.dropped),
+                limit.per_second
+            ));
+        }
+        out.push(format!("{prefix}{text}"));
+        out
+    }
+}
+
+impl PrintHandler for Printer {
+    fn println(&self, text: &str) -> starlark::Result<()> {
+        let lines = self.admit(text, Instant::now());
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        // A closed stdout must not kill the controller; the line is simply lost.
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+        Ok(())
+    }
+}
+
+/// How long a hosted script must stay quiet for its bucket to refill completely.
+pub fn refill_time(limit: RateLimit) -> Duration {
+    Duration::from_secs_f64(limit.burst / limit.per_second)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_lines_pass_unchanged() {
+        let p = Printer::plain();
+        for _ in 0..1000 {
+            assert_eq!(p.admit("hi", Instant::now()), ["hi"]);
+        }
+    }
+
+    #[test]
+    fn hosted_lines_are_prefixed_limited_and_the_gap_is_said() {
+        let limit = RateLimit {
+            per_second: 10.0,
+            burst: 3.0,
+        };
+        let p = Printer::hosted("team/c", limit);
+        let t0 = Instant::now();
+        let admitted: usize = (0..100).map(|_| p.admit("x", t0).len()).sum();
+        assert_eq!(admitted, 3, "the burst, then nothing");
+        assert_eq!(p.admit("x", t0)[..], [] as [String; 0]);
+        let later = t0 + refill_time(limit);
+        assert_eq!(
+            p.admit("back", later),
+            [
+                "[team/c] ... 98 lines dropped (more than 10 a second)",
+                "[team/c] back"
+            ]
+        );
+        assert_eq!(p.admit("next", later), ["[team/c] next"]);
+    }
+}

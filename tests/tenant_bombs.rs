@@ -1,0 +1,247 @@
+//! No hosted script can stop `kite operator` or starve its neighbours: each bomb runs
+//! as its own StarlarkController beside a healthy max-replicas one, and the operator
+//! keeps its pid, the neighbour keeps correcting drift, and every bomb says what went
+//! wrong and where, then goes away when deleted.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::operator::*;
+use support::*;
+
+/// Everything the bombs and the neighbour need.
+const CEILING: &str = r#"[
+  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
+  {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+  {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
+]"#;
+
+/// A handler on ConfigMaps that runs `body` (indented four spaces), then the control
+/// call with `options`.
+fn on_configmaps(body: &str, options: &str) -> String {
+    format!(
+        "def reconcile(cm):\n{body}\n\nk8s.control(\"configmaps\", reconcile = reconcile{options})\n"
+    )
+}
+
+/// (name, script, what its status must say, besides its script line).
+fn bombs() -> Vec<(&'static str, String, &'static str)> {
+    vec![
+        (
+            "list-cycle",
+            on_configmaps("    a = []\n    a.append(a)\n    return a", ""),
+            "nested deeper",
+        ),
+        (
+            "dict-cycle",
+            on_configmaps("    d = {}\n    d[\"self\"] = d\n    return [d]", ""),
+            "nested deeper",
+        ),
+        (
+            "recursion",
+            format!(
+                "def down(n):\n    return down(n + 1)\n\n{}",
+                on_configmaps("    down(0)", "")
+            ),
+            "stack",
+        ),
+        (
+            "doubling",
+            on_configmaps(
+                "    s = \"x\"\n    for i in range(64):\n        s = s + s",
+                "",
+            ),
+            "memory",
+        ),
+        (
+            "huge-list",
+            on_configmaps("    x = [i for i in range(1000000000)]", ""),
+            "limit",
+        ),
+        (
+            "loop-handler",
+            on_configmaps(
+                "    n = 0\n    for i in range(1000000000):\n        for j in range(1000000000):\n            n += 1",
+                "",
+            ),
+            "time budget",
+        ),
+        (
+            "loop-top",
+            "n = 0\nfor i in range(1000000000):\n    for j in range(1000000000):\n        n += 1\n"
+                .to_owned(),
+            "cancelled",
+        ),
+        (
+            "wait-forever",
+            on_configmaps(
+                "    k8s.wait_for(\"configmap\", \"never\", timeout = \"10000h\")",
+                "",
+            ),
+            "time budget",
+        ),
+        (
+            "watch-forever",
+            format!(
+                "def seen(event, obj):\n    return True\n\n{}",
+                on_configmaps("    k8s.watch(\"configmaps\", handler = seen)", "")
+            ),
+            "time budget",
+        ),
+        (
+            "poll-1ns",
+            on_configmaps("    pass", ", poll = \"1ns\""),
+            "poll",
+        ),
+        (
+            "requeue-0s",
+            on_configmaps("    return \"0s\"", ""),
+            "floor",
+        ),
+        (
+            "workers-1000",
+            on_configmaps("    pass", ", workers = 1000"),
+            "workers",
+        ),
+        (
+            "children-5000",
+            on_configmaps(
+                "    return [k8s.obj.config_map(name = \"c%d\" % i, namespace = cm.metadata.namespace) for i in range(5000)]",
+                "",
+            ),
+            "children",
+        ),
+        (
+            "child-10mb",
+            on_configmaps(
+                "    return [k8s.obj.config_map(name = \"big\", namespace = cm.metadata.namespace, data = {\"x\": \"y\" * 10000000})]",
+                "",
+            ),
+            "KiB",
+        ),
+    ]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a bomb's status says went wrong, once it says it with the script's line.
+fn complaint(s: &serde_json::Value, name: &str) -> Option<String> {
+    let file = format!("{name}.star:");
+    let ready = condition(s, "Ready");
+    let texts = [
+        s["lastError"].as_str().unwrap_or_default().to_owned(),
+        if ready["status"] == "False" {
+            ready["message"].as_str().unwrap_or_default().to_owned()
+        } else {
+            String::new()
+        },
+    ];
+    texts.into_iter().find(|t| t.contains(&file))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_script_stops_the_operator_or_its_neighbours() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-bombs").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(CEILING).await;
+    let op = Operator::start(ns, &ceiling).await;
+    let pid = op.kite.pid();
+
+    // The neighbour, ready and working before the bombs go off.
+    apply_slc(ns, "neighbour", max_replicas_spec(ns, "3")).await;
+    wait_condition(ns, "neighbour", "Ready", "True", Duration::from_secs(30)).await;
+    create_enforced_deployment(ns, "web", 5).await;
+    replicas_become(ns, "web", "3").await;
+    let baseline = rss_kib(pid);
+
+    let bombs = bombs();
+    for (name, script, _) in &bombs {
+        apply_slc(
+            ns,
+            name,
+            json!({"script": script, "control": {"maxRetries": 1}}),
+        )
+        .await;
+    }
+    kubectl_ok(&["create", "configmap", "trigger", "-n", ns]).await;
+
+    // The neighbour corrects ten drifts, each quickly, while the bombs go off.
+    let mut took = Vec::new();
+    for i in 0..10 {
+        drifted(ns, "web", &(5 + i % 3).to_string()).await;
+        let started = Instant::now();
+        wait_until("the drift corrected", Duration::from_secs(20), || async {
+            jsonpath("deployment", "web", ns, "{.spec.replicas}").await == "3"
+        })
+        .await;
+        took.push(started.elapsed());
+    }
+    took.sort();
+    let p99 = took[took.len() - 1];
+    println!("neighbour drift corrections: {took:?}");
+    assert!(p99 < Duration::from_secs(2), "p99 {p99:?}: {took:?}");
+
+    // Every bomb says what went wrong, with its script's line.
+    let started = Instant::now();
+    for (name, _, says) in &bombs {
+        let left = Duration::from_secs(70).saturating_sub(started.elapsed());
+        let what = format!("{name}: an error with its script line");
+        let text = wait_for(&what, left.max(Duration::from_secs(1)), || async {
+            complaint(&status(ns, name).await, name)
+        })
+        .await;
+        assert!(text.contains(says), "{name}: {text}");
+        println!("{name}: {text}");
+    }
+    assert_eq!(op.kite.pid(), pid);
+    assert!(
+        std::fs::metadata(format!("/proc/{pid}")).is_ok(),
+        "the operator is alive"
+    );
+
+    // Each goes within 30 s of being deleted.
+    for (name, _, _) in &bombs {
+        let started = Instant::now();
+        kubectl_ok(&["delete", "slc", name, "-n", ns, "--wait=false"]).await;
+        wait_until(
+            &format!("{name} deleted"),
+            Duration::from_secs(30),
+            || async {
+                !kubectl(&["get", "slc", name, "-n", ns])
+                    .await
+                    .status
+                    .success()
+            },
+        )
+        .await;
+        println!("{name} deleted in {:?}", started.elapsed());
+    }
+
+    // Memory comes back once the bombs are gone.
+    let back = wait_for(
+        "RSS back near its baseline",
+        Duration::from_secs(30),
+        || async {
+            let rss = rss_kib(pid);
+            println!("RSS {rss} KiB (baseline {baseline} KiB)");
+            (rss < baseline + 20 * 1024).then_some(rss)
+        },
+    )
+    .await;
+    println!("RSS back to {back} KiB");
+
+    // And the neighbour still works.
+    drifted(ns, "web", "6").await;
+    replicas_become(ns, "web", "3").await;
+    assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok());
+}
