@@ -4,7 +4,8 @@
 //!
 //! - [`cli`]: the command-line interface (clap types only; `main.rs` wires them).
 //! - [`script`]: the Starlark host: parsing, globals and builtins, vars, permissions,
-//!   loads, AttrDict, JSON conversion, diagnostics, `kite run` and `kite check`.
+//!   loads, AttrDict, JSON conversion, diagnostics, time and memory budgets, printing,
+//!   `kite run` and `kite check`.
 //! - [`k8s`]: the `k8s` Starlark module: sessions, kind resolution (discovery), the
 //!   cluster operations, events, waits, watches, and the `k8s.obj` builders.
 //! - [`control`]: the `k8s.control()` runtime: spec parsing, informers, the work queue,
@@ -12,8 +13,9 @@
 //!   election, metrics, and the standalone `kite run` controller mode.
 //! - [`children`]: children returned by reconcile: ownership, apply, ApplySet pruning,
 //!   readiness and the Ready condition.
-//! - [`operator`]: `kite operator`, the meta-operator: the `StarlarkController` resource,
-//!   validation, generated identities within a ceiling, impersonation, hosted controllers.
+//! - [`operator`]: `kite operator`, the meta-operator: the `StarlarkController` and
+//!   `ClusterStarlarkController` resources, validation, namespace confinement, generated
+//!   identities within a ceiling, impersonation, hosted controllers.
 //! - [`rbac`]: least-privilege RBAC inferred from a script (`kite kube rbac`).
 //! - [`http`]: the health and metrics server.
 //! - [`artifacts`]: the manifests and Dockerfile that deploy a script

@@ -1,11 +1,12 @@
 //! The meta-operator: `StarlarkController` resources run as in-process controllers.
 //!
-//! [`manager::run`] watches StarlarkControllers; [`reconciler`] validates each script,
-//! generates its ServiceAccount and RBAC ([`grants`]) within the administrator's
-//! [`ceiling`], and runs it ([`hosted`]) with a client that impersonates that account
-//! ([`identity`]). [`registry`] holds the running controllers, [`status`] what is
-//! reported. `kite crd` prints the [`resource`]'s definition, kept in
-//! `crds/starlarkcontroller.yaml`.
+//! [`manager::run`] watches StarlarkControllers and ClusterStarlarkControllers (both a
+//! [`tenant`]); [`reconciler`] validates each script, keeps a StarlarkController within
+//! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
+//! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
+//! impersonates that account ([`identity`]); a [`decision`] records the outcome.
+//! [`registry`] holds the running controllers, [`status`] what is reported. `kite crd`
+//! prints the [`resource`] definitions, kept in `crds/starlarkcontroller.yaml`.
 
 pub mod ceiling;
 pub mod confinement;
