@@ -446,25 +446,12 @@ async fn a_looping_script_affects_only_its_own_controller() {
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]"#,
     )
     .await;
-    let port = free_port().to_string();
-    let kite = Kite::spawn(&[
-        "operator",
-        "--namespace",
+    let op = Operator::start_with(
         ns,
-        "--ceiling",
-        &ceiling.0,
-        "--health-port",
-        &port,
-        "--status-period",
-        "1s",
-        "--handler-timeout",
-        "2s",
-    ]);
-    let op = Operator {
-        kite,
-        port: port.parse().unwrap(),
-        ns: ns.to_owned(),
-    };
+        &ceiling,
+        &["--namespace", ns, "--handler-timeout", "2s"],
+    )
+    .await;
     let spin = "def reconcile(cm):\n    n = 0\n    for i in range(1000000000):\n        n = i % 7\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
     apply_slc(
         ns,

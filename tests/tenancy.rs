@@ -112,6 +112,48 @@ async fn a_starlarkcontroller_is_confined_to_its_namespace() {
     assert_eq!(cluster_roles.trim(), "", "no cluster-wide grant");
     create_enforced_deployment(ns, "web", 5).await;
     replicas_become(ns, "web", "3").await;
+
+    // A generated Role someone deletes, or edits, is restored.
+    let rules = || async {
+        kubectl(&[
+            "get",
+            "role",
+            "starkite-home",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.rules}",
+        ])
+        .await
+    };
+    let granted = String::from_utf8_lossy(&rules().await.stdout).into_owned();
+    assert!(granted.contains("deployments"), "{granted}");
+    kubectl_ok(&["delete", "role", "starkite-home", "-n", ns]).await;
+    wait_until(
+        "the deleted Role restored",
+        Duration::from_secs(60),
+        || async { String::from_utf8_lossy(&rules().await.stdout) == granted },
+    )
+    .await;
+    kubectl_ok(&[
+        "patch",
+        "role",
+        "starkite-home",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/rules", "value": []}]"#,
+    ])
+    .await;
+    wait_until(
+        "the edited Role restored",
+        Duration::from_secs(60),
+        || async { String::from_utf8_lossy(&rules().await.stdout) == granted },
+    )
+    .await;
+    drifted(ns, "web", "6").await;
+    replicas_become(ns, "web", "3").await;
 }
 
 #[tokio::test]

@@ -1,12 +1,13 @@
 //! A reconcile's decision about one controller resource, recorded once at the end:
 //! its status, its events, what runs, and the grants that go when nothing runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 
-use super::grants;
+use super::grants::{self, Grant};
 use super::hosted::Hosted;
 use super::reconciler::Context;
 use super::registry::Key;
@@ -28,6 +29,8 @@ pub struct Decision<'a> {
     /// No decision was recorded for this resource before.
     pub first: bool,
     pub outcome: Outcome,
+    /// The identity generated for what now runs.
+    pub grants: Option<Arc<Grant>>,
 }
 
 impl<'a> Decision<'a> {
@@ -44,6 +47,7 @@ impl<'a> Decision<'a> {
                 phase: Phase::Failed,
                 ..Default::default()
             },
+            grants: None,
         }
     }
 
@@ -100,6 +104,8 @@ impl<'a> Decision<'a> {
             tracing::warn!(controller = %format!("{}/{}", self.key.0, self.key.1), error = %e, "removing the grants; retrying");
             self.fingerprint = 0;
         }
+        let grants = if stopping { None } else { self.grants };
+        let key = self.key.clone();
         let old = self.ctx.registry.decide(
             self.key,
             &self.uid,
@@ -108,6 +114,7 @@ impl<'a> Decision<'a> {
             hosted,
             self.script_ref,
         );
+        self.ctx.registry.set_grants(&key, grants);
         // The caller stopped the old version before starting this one; anything still
         // here raced in and goes the same way.
         if let Some(old) = old {

@@ -61,6 +61,41 @@ pub struct Owner<'a> {
     pub uid: &'a str,
 }
 
+/// An identity as generated, kept to restore it when someone deletes or edits part of it.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub kind: &'static str,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub uid: String,
+    pub service_account: String,
+    pub home: String,
+    pub rules: Rules,
+}
+
+impl Grant {
+    /// Applies it again (see [`apply`]).
+    ///
+    /// # Errors
+    /// As [`apply`].
+    pub async fn restore(&self, client: &kube::Client) -> Result<()> {
+        let owner = Owner {
+            kind: self.kind,
+            name: &self.name,
+            namespace: self.namespace.clone(),
+            uid: &self.uid,
+        };
+        apply(
+            client,
+            &owner,
+            &self.service_account,
+            &self.home,
+            &self.rules,
+        )
+        .await
+    }
+}
+
 fn resource(kind: &str) -> Option<(ApiResource, bool)> {
     KINDS
         .iter()

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
@@ -20,6 +20,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::grants::OWNER_LABEL;
 use super::reconciler::{self, Context};
 use super::registry::{Key, Registry};
 use super::resource::{ClusterStarlarkController, StarlarkController};
@@ -236,14 +237,13 @@ async fn controller<K: Tenant>(
         watcher::Config::default().fields(&format!("metadata.name={}", opts.ceiling));
     let of_kind = |keys: Vec<Key>| {
         keys.into_iter()
-            .filter(|k| is_cluster_key(k) != K::CONFINED)
-            .map(|(ns, name)| {
-                let r = ObjectRef::<K>::new(&name);
-                if K::CONFINED { r.within(&ns) } else { r }
-            })
+            .filter_map(object_ref::<K>)
             .collect::<Vec<_>>()
     };
-    Controller::new(crs, tenants.clone())
+    let ns = opts.namespace.clone();
+    // Someone deleting or editing a generated role, binding or account: restore it.
+    let owned = watcher::Config::default().labels(OWNER_LABEL);
+    let mut controller = Controller::new(crs, tenants.clone())
         .watches(cms, watcher::Config::default(), move |cm: ConfigMap| {
             let ns = cm.namespace().unwrap_or_default();
             of_kind(mapper_registry.referencing(&ns, &cm.name_any()))
@@ -252,6 +252,35 @@ async fn controller<K: Tenant>(
         .watches(ceilings, only_ceiling, move |_: ClusterRole| {
             of_kind(ceiling_registry.keys())
         })
+        .watches(
+            in_scope::<ServiceAccount>(client, &ns),
+            owned.clone(),
+            generated::<K, ServiceAccount>(registry.clone()),
+        )
+        .watches(
+            in_scope::<Role>(client, &ns),
+            owned.clone(),
+            generated::<K, Role>(registry.clone()),
+        )
+        .watches(
+            in_scope::<RoleBinding>(client, &ns),
+            owned.clone(),
+            generated::<K, RoleBinding>(registry.clone()),
+        );
+    if ns.is_none() {
+        controller = controller
+            .watches(
+                Api::<ClusterRole>::all(client.clone()),
+                owned.clone(),
+                generated::<K, ClusterRole>(registry.clone()),
+            )
+            .watches(
+                Api::<ClusterRoleBinding>::all(client.clone()),
+                owned,
+                generated::<K, ClusterRoleBinding>(registry.clone()),
+            );
+    }
+    controller
         .graceful_shutdown_on(end)
         .run(
             reconciler::reconcile::<K>,
@@ -260,6 +289,44 @@ async fn controller<K: Tenant>(
         )
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+fn in_scope<G>(client: &kube::Client, namespace: &Option<String>) -> Api<G>
+where
+    G: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    G::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Maps a change to a generated object (labelled with its owner's uid) to the
+/// controller resource of kind `K` that owns it, and marks its grants for re-applying.
+fn generated<K: Tenant, G: kube::Resource>(
+    registry: Arc<Registry>,
+) -> impl Fn(G) -> Vec<ObjectRef<K>> + Send + Sync + 'static {
+    move |obj: G| {
+        let Some(uid) = obj.labels().get(OWNER_LABEL) else {
+            return Vec::new();
+        };
+        registry
+            .grants_changed(uid)
+            .and_then(object_ref::<K>)
+            .into_iter()
+            .collect()
+    }
+}
+
+/// The object a registry key names, if it is of kind `K`.
+fn object_ref<K: Tenant>(key: Key) -> Option<ObjectRef<K>> {
+    if is_cluster_key(&key) == K::CONFINED {
+        return None;
+    }
+    let (ns, name) = key;
+    let r = ObjectRef::<K>::new(&name);
+    Some(if K::CONFINED { r.within(&ns) } else { r })
 }
 
 /// Completes once the StarlarkControllers have been listed (readiness).

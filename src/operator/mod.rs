@@ -8,6 +8,8 @@
 //! [`registry`] holds the running controllers, [`status`] what is reported. `kite crd`
 //! prints the [`resource`] definitions, kept in `crds/starlarkcontroller.yaml`.
 
+pub mod approval;
+pub mod authority;
 pub mod ceiling;
 pub mod confinement;
 pub mod decision;

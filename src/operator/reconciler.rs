@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use super::ceiling::{self, Ceiling};
 use super::confinement;
 use super::decision::{Decision, publish, stop};
-use super::grants::{self, Owner};
+use super::grants::{self, Grant};
 use super::hosted::{self, Plan};
 use super::identity;
 use super::registry::Registry;
@@ -161,6 +161,14 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     };
     let previous = ctx.registry.fingerprint(&key);
     if previous == Some(fingerprint) {
+        // Nothing new to decide; but someone may have deleted or edited what was granted.
+        if let Some(grant) = ctx.registry.take_changed_grants(&key) {
+            if let Err(e) = grant.restore(&ctx.client).await {
+                ctx.registry.grants_changed(&grant.uid);
+                return Err(e.into());
+            }
+            tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
+        }
         return Ok(Action::requeue(RECHECK));
     }
     let mut d = Decision::new(ctx, cr.object_ref(&()), key, uid);
@@ -246,14 +254,18 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     let sa = match &spec.service_account_name {
         Some(existing) => existing.clone(),
         None => {
-            let sa = service_account_name(&name, !K::CONFINED);
-            let owner = Owner {
+            let grant = Grant {
                 kind: K::KIND,
-                name: &name,
+                name: name.clone(),
                 namespace: cr.namespace(),
-                uid: &d.uid,
+                uid: d.uid.clone(),
+                service_account: service_account_name(&name, !K::CONFINED),
+                home: home.clone(),
+                rules: inference.rules.clone(),
             };
-            grants::apply(&ctx.client, &owner, &sa, &home, &inference.rules).await?;
+            grant.restore(&ctx.client).await?;
+            let sa = grant.service_account.clone();
+            d.grants = Some(Arc::new(grant));
             sa
         }
     };

@@ -1,8 +1,9 @@
 //! The operator's hosted controllers, one entry per StarlarkController.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use super::grants::Grant;
 use super::hosted::Hosted;
 use super::resource::StarlarkControllerStatus;
 use super::status::{self, Live, Outcome};
@@ -22,6 +23,11 @@ pub struct Entry {
     pub script_ref: Option<(String, String)>,
     /// The status last written, to skip writes that change nothing.
     pub written: Option<StarlarkControllerStatus>,
+    /// The identity generated for the running controller, re-applied when someone
+    /// deletes or edits part of it.
+    pub grants: Option<Arc<Grant>>,
+    /// Set when a generated object changed; the next reconcile re-applies the grants.
+    pub grants_changed: bool,
 }
 
 /// The entries, behind a lock that is never held across an await.
@@ -62,6 +68,35 @@ impl Registry {
         entry.outcome = outcome;
         entry.script_ref = script_ref;
         std::mem::replace(&mut entry.hosted, hosted)
+    }
+
+    /// Remembers the identity generated for `key` (None: nothing generated).
+    pub fn set_grants(&self, key: &Key, grants: Option<Arc<Grant>>) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.grants = grants;
+            e.grants_changed = false;
+        }
+    }
+
+    /// The key whose generated objects carry the owner label `uid`; marks its grants
+    /// for re-applying.
+    pub fn grants_changed(&self, uid: &str) -> Option<Key> {
+        let mut entries = self.lock();
+        let (key, entry) = entries
+            .iter_mut()
+            .find(|(_, e)| e.uid == uid && e.grants.is_some())?;
+        entry.grants_changed = true;
+        Some(key.clone())
+    }
+
+    /// The grants of `key` to re-apply, if one of its generated objects changed.
+    pub fn take_changed_grants(&self, key: &Key) -> Option<Arc<Grant>> {
+        let mut entries = self.lock();
+        let e = entries.get_mut(key)?;
+        if !std::mem::take(&mut e.grants_changed) {
+            return None;
+        }
+        e.grants.clone()
     }
 
     /// Takes the controller running for `key` out, for the caller to stop; the rest of

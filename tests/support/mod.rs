@@ -389,7 +389,7 @@ pub fn free_port() -> u16 {
 
 /// Installs the seed's StaticSite CRD (idempotent) and waits until it is served.
 pub async fn install_staticsite_crd() {
-    kubectl_ok(&["apply", "-f", "examples/staticsite/crd.yaml"]).await;
+    apply_shared("examples/staticsite/crd.yaml").await;
     kubectl_ok(&[
         "wait",
         "--for=condition=Established",
@@ -398,10 +398,29 @@ pub async fn install_staticsite_crd() {
     .await;
 }
 
+/// Applies a file that tests running in parallel all apply: two creates of the same new
+/// object race, and the loser's AlreadyExists (or Conflict) is retried, once it exists.
+async fn apply_shared(path: &str) {
+    wait_until(
+        &format!("kubectl apply -f {path}"),
+        Duration::from_secs(30),
+        || async {
+            let out = kubectl(&["apply", "-f", path]).await;
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() || err.contains("AlreadyExists") || err.contains("conflict"),
+                "kubectl apply -f {path}: {err}"
+            );
+            out.status.success()
+        },
+    )
+    .await;
+}
+
 /// Installs the StarlarkController and ClusterStarlarkController CRDs (idempotent) and
 /// waits until they are served.
 pub async fn install_starlarkcontroller_crd() {
-    kubectl_ok(&["apply", "-f", "crds/starlarkcontroller.yaml"]).await;
+    apply_shared("crds/starlarkcontroller.yaml").await;
     kubectl_ok(&[
         "wait",
         "--for=condition=Established",

@@ -1,0 +1,243 @@
+//! The approval a controller resource carries: who wrote its spec, signed by the
+//! operator, so that the operator runs only specs its admission check has seen.
+//!
+//! The admission webhook stamps the annotation [`ANNOTATION`] on every create and on
+//! every change of the spec: the requesting user (name, uid, groups, extra) and an
+//! HMAC-SHA256 over that user, the resource's kind, namespace and name, and its spec,
+//! keyed by a Secret in the operator's namespace. A spec created while the webhook was
+//! not installed has no approval; an edited annotation, or one copied from another
+//! resource, does not verify. Either way the operator starts nothing.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use ring::hmac;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+
+/// The annotation holding the approval.
+pub const ANNOTATION: &str = "starkite.io/approval";
+
+/// Why an approval does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "no {ANNOTATION} annotation: the spec was not seen by the operator's admission webhook"
+    )]
+    FindApproval,
+    #[error("the {ANNOTATION} annotation is not an approval: {0}")]
+    DecodeApproval(String),
+    #[error(
+        "the {ANNOTATION} annotation does not match this spec: it was edited, copied, or the spec changed without the webhook"
+    )]
+    VerifyApproval,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The user who wrote a spec, as the API server authenticated them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Author {
+    pub username: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// What is signed: the resource and its spec.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub kind: &'a str,
+    /// Empty for the cluster-scoped kind.
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub spec: &'a Json,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Stamp {
+    author: Author,
+    mac: String,
+}
+
+/// The signing key, from the operator's Secret.
+pub struct Key(hmac::Key);
+
+impl Key {
+    pub fn new(secret: &[u8]) -> Self {
+        Key(hmac::Key::new(hmac::HMAC_SHA256, secret))
+    }
+
+    /// The annotation value approving `subject` as written by `author`.
+    pub fn sign(&self, subject: Subject<'_>, author: &Author) -> String {
+        let tag = hmac::sign(&self.0, &message(subject, author));
+        let stamp = Stamp {
+            author: author.clone(),
+            mac: b64().encode(tag.as_ref()),
+        };
+        b64().encode(serde_json::to_vec(&stamp).unwrap_or_default())
+    }
+
+    /// The author of `subject`, if `annotation` approves it.
+    ///
+    /// # Errors
+    /// A missing, malformed or non-matching approval.
+    pub fn verify(&self, subject: Subject<'_>, annotation: Option<&str>) -> Result<Author> {
+        let text = annotation.ok_or(Error::FindApproval)?;
+        let raw = b64()
+            .decode(text)
+            .map_err(|e| Error::DecodeApproval(e.to_string()))?;
+        let stamp: Stamp =
+            serde_json::from_slice(&raw).map_err(|e| Error::DecodeApproval(e.to_string()))?;
+        let mac = b64()
+            .decode(&stamp.mac)
+            .map_err(|e| Error::DecodeApproval(e.to_string()))?;
+        hmac::verify(&self.0, &message(subject, &stamp.author), &mac)
+            .map_err(|_| Error::VerifyApproval)?;
+        Ok(stamp.author)
+    }
+}
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+/// The signed bytes: canonical JSON (objects with sorted keys) of everything approved.
+fn message(subject: Subject<'_>, author: &Author) -> Vec<u8> {
+    let doc = json!({
+        "kind": subject.kind,
+        "namespace": subject.namespace,
+        "name": subject.name,
+        "spec": subject.spec,
+        "author": author,
+    });
+    let mut out = Vec::new();
+    canonical(&doc, &mut out);
+    out
+}
+
+/// JSON with object keys sorted, so that key order (which kite otherwise keeps) cannot
+/// change what is signed.
+fn canonical(v: &Json, out: &mut Vec<u8>) {
+    match v {
+        Json::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend(serde_json::to_vec(k).unwrap_or_default());
+                out.push(b':');
+                canonical(&map[k], out);
+            }
+            out.push(b'}');
+        }
+        Json::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        other => out.extend(serde_json::to_vec(other).unwrap_or_default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn author(name: &str) -> Author {
+        Author {
+            username: name.into(),
+            uid: "u-1".into(),
+            groups: vec!["team-a".into(), "system:authenticated".into()],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_signed_spec_verifies_and_names_its_author() {
+        let key = Key::new(b"secret");
+        let spec = json!({"script": "k8s.control(\"pods\")", "vars": {"b": "1", "a": "2"}});
+        let subject = Subject {
+            kind: "StarlarkController",
+            namespace: "team-a",
+            name: "c",
+            spec: &spec,
+        };
+        let stamp = key.sign(subject, &author("alice"));
+        assert_eq!(key.verify(subject, Some(&stamp)).unwrap(), author("alice"));
+
+        // The same spec with its keys in another order is the same spec.
+        let reordered = json!({"vars": {"a": "2", "b": "1"}, "script": "k8s.control(\"pods\")"});
+        let same = Subject {
+            spec: &reordered,
+            ..subject
+        };
+        assert!(key.verify(same, Some(&stamp)).is_ok());
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        let key = Key::new(b"secret");
+        let spec = json!({"script": "x"});
+        let subject = Subject {
+            kind: "StarlarkController",
+            namespace: "team-a",
+            name: "c",
+            spec: &spec,
+        };
+        let stamp = key.sign(subject, &author("alice"));
+        assert_eq!(key.verify(subject, None), Err(Error::FindApproval));
+        assert!(matches!(
+            key.verify(subject, Some("not base64!")),
+            Err(Error::DecodeApproval(_))
+        ));
+        let other_spec = json!({"script": "y"});
+        for changed in [
+            Subject {
+                spec: &other_spec,
+                ..subject
+            },
+            Subject {
+                name: "d",
+                ..subject
+            },
+            Subject {
+                namespace: "team-b",
+                ..subject
+            },
+            Subject {
+                kind: "ClusterStarlarkController",
+                ..subject
+            },
+        ] {
+            assert_eq!(
+                key.verify(changed, Some(&stamp)),
+                Err(Error::VerifyApproval)
+            );
+        }
+        // A forged author: the signature no longer matches.
+        let mut forged: Stamp = serde_json::from_slice(&b64().decode(&stamp).unwrap()).unwrap();
+        forged.author = author("admin");
+        let forged = b64().encode(serde_json::to_vec(&forged).unwrap());
+        assert_eq!(
+            key.verify(subject, Some(&forged)),
+            Err(Error::VerifyApproval)
+        );
+        // Another operator's key.
+        assert_eq!(
+            Key::new(b"other").verify(subject, Some(&stamp)),
+            Err(Error::VerifyApproval)
+        );
+    }
+}
