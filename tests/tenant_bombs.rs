@@ -61,6 +61,14 @@ fn bombs() -> Vec<(&'static str, String, &'static str)> {
             "limit",
         ),
         (
+            "dict-growth",
+            on_configmaps(
+                "    d = {}\n    for i in range(1000000000):\n        d[i] = i",
+                "",
+            ),
+            "memory",
+        ),
+        (
             "loop-handler",
             on_configmaps(
                 "    n = 0\n    for i in range(1000000000):\n        for j in range(1000000000):\n            n += 1",

@@ -204,6 +204,7 @@ pub fn call<T>(
 ) -> Result<T> {
     let deadline = Instant::now() + budget;
     let over_budget = AtomicBool::new(false);
+    let over_memory = AtomicBool::new(false);
     let scope = Budget {
         deadline,
         stop: Some(stop.clone()),
@@ -221,6 +222,10 @@ pub fn call<T>(
                 if late {
                     over_budget.store(true, Ordering::Relaxed);
                 }
+                if crate::script::memory::exhausted() {
+                    over_memory.store(true, Ordering::Relaxed);
+                    return true;
+                }
                 late || stop.load(Ordering::Relaxed)
             }));
             module.frozen_heap().add_reference(f.owner());
@@ -236,6 +241,12 @@ pub fn call<T>(
                 .collect();
             match eval.eval_function(func, &values, &[]) {
                 Ok(v) => decode(v),
+                Err(e) if over_memory.load(Ordering::Relaxed) => Err(Error::OverMemory {
+                    exceeded: crate::script::memory::Exceeded {
+                        limit: host.limits.memory,
+                    },
+                    at: crate::script::run::position(&e.to_string()),
+                }),
                 Err(e) if over_budget.load(Ordering::Relaxed) => Err(Error::OverBudget {
                     budget: crate::duration::format(budget),
                     at: crate::script::run::position(&e.to_string()),

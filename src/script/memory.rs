@@ -109,6 +109,15 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+/// True when this thread has allocated past the budget of the [`guard`] it runs in.
+/// Allocations outside Starlark's heap (a dict's table, a builtin's vector) are never
+/// refused, so the evaluator's cancel hook asks this between instructions.
+pub fn exhausted() -> bool {
+    BUDGET
+        .try_with(|b| b.get().is_some_and(|left| left < 0))
+        .unwrap_or(false)
+}
+
 /// Keeps the panic message of a refused allocation off stderr: the refusal becomes an
 /// ordinary script error ([`Exceeded`]), reported where the script's errors go. Other
 /// panics are reported as before. Call once, early in `main`.

@@ -108,6 +108,7 @@ fn evaluate(
         cache: &cache,
         host,
     };
+    let over_memory = std::cell::Cell::new(false);
     let evaluate = || {
         Module::with_temp_heap(|module| -> starlark::Result<Option<FrozenModule>> {
             let evaluated = {
@@ -117,9 +118,15 @@ fn evaluate(
                 eval.set_print_handler(&host.printer);
                 // Only fails when already set, which it is not on a new evaluator.
                 let _ = eval.set_max_heap_size(host.limits.memory);
-                if let Some(deadline) = deadline {
-                    eval.set_check_cancelled(Box::new(move || Instant::now() >= deadline));
-                }
+                // Memory outside Starlark's heap (a dict's table) is checked here too.
+                let over_memory = &over_memory;
+                eval.set_check_cancelled(Box::new(move || {
+                    if memory::exhausted() {
+                        over_memory.set(true);
+                        return true;
+                    }
+                    deadline.is_some_and(|d| Instant::now() >= d)
+                }));
                 eval.eval_module(ast, globals()).and_then(|_| {
                     let main = module.get("main").filter(|m| m.get_type() == "function");
                     match (calls_main, main) {
@@ -159,6 +166,14 @@ fn evaluate(
         eprintln!("warning: --var {name} is never read by the script");
     }
     let frozen = result.map_err(|e| match (budget, deadline) {
+        _ if over_memory.get() => {
+            Error::Script(format!(
+                "error: {} (--script-memory)\n --> {name}\n",
+                memory::Exceeded {
+                    limit: host.limits.memory
+                }
+            ))
+        }
         // Cancellation carries no position of its own: name the script and the budget.
         (Some(b), Some(d)) if Instant::now() >= d => Error::Script(format!(
             "error: the script's top level ran longer than {} and was cancelled (a loop that never ends?)\n --> {name}\n",
