@@ -65,6 +65,24 @@ impl Default for Limits {
     }
 }
 
+/// The length of `value` as JSON, counted without building the text (this runs for
+/// every child of every reconcile).
+fn encoded_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// The largest child object kite applies: the API server's own request limit (etcd
 /// refuses larger values anyway), checked before anything is sent.
 pub const MAX_OBJECT_BYTES: usize = 3 << 19;
@@ -84,7 +102,7 @@ impl Limits {
             ));
         }
         for (i, child) in children.iter().enumerate() {
-            let size = serde_json::to_vec(child).map(|v| v.len()).unwrap_or(0);
+            let size = encoded_len(child);
             if size > MAX_OBJECT_BYTES {
                 let name = child["metadata"]["name"].as_str().unwrap_or("?");
                 return Err(format!(
