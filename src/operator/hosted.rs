@@ -257,6 +257,42 @@ mod tests {
     }
 
     #[test]
+    fn overrides_cannot_pass_the_operators_floors_and_caps() {
+        let hosted = Limits {
+            min_period: Duration::from_secs(1),
+            max_workers: 8,
+            source: "the operator's",
+            ..Limits::default()
+        };
+        for (o, says) in [
+            (
+                ControlOverrides {
+                    poll: Some("100ms".into()),
+                    ..Default::default()
+                },
+                "spec.control.poll: poll of 100ms is below the operator's floor of 1s",
+            ),
+            (
+                ControlOverrides {
+                    backoff: Some("0s".into()),
+                    ..Default::default()
+                },
+                "spec.control.backoff: must be greater than zero",
+            ),
+            (
+                ControlOverrides {
+                    workers: Some(9),
+                    ..Default::default()
+                },
+                "spec.control.workers: 9 is not between 1 and the operator's limit of 8",
+            ),
+        ] {
+            let mut s = spec();
+            assert_eq!(apply_overrides(&mut s, &o, &hosted).unwrap_err(), says);
+        }
+    }
+
+    #[test]
     fn health_and_leader_election_are_ignored_and_said_so() {
         let mut s = spec();
         let ignored = ignore_hosting_options(&mut s);
