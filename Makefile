@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean bench
+.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean bench chaos
 
 all: build
 
@@ -41,6 +41,15 @@ demo: cluster-up build
 bench: cluster-up
 	$(CARGO) build --release --locked
 	$(CARGO) bench --locked --bench controllers
+
+## Faults injected into the local cluster (a TCP fault proxy, SIGSTOP of kite): every
+## fault test, the slow ones included (about 20 minutes); `make test` runs the fast ones.
+chaos: cluster-up
+	$(CARGO) test --locked --test chaos -- --include-ignored --nocapture
+	$(CARGO) test --locked --test chaos_etcd -- --include-ignored --nocapture --test-threads=1
+	$(CARGO) test --locked --test chaos_apiserver -- --include-ignored --nocapture --test-threads=1
+	$(CARGO) test --locked --test control -- --nocapture paused sigterm_with failed_on_delete
+	$(CARGO) test --locked --test artifacts -- --nocapture namespaced_children
 
 fmt:
 	$(CARGO) fmt

@@ -54,6 +54,21 @@ pub struct OperatorArgs {
     /// The address the health server binds; 0.0.0.0 inside a pod.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     pub health_bind: std::net::IpAddr,
+    /// The admission webhook's port (0: any free port).
+    #[arg(long, value_name = "PORT", default_value_t = 9443)]
+    pub webhook_port: u16,
+    /// The address the admission webhook binds; 0.0.0.0 inside a pod.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub webhook_bind: std::net::IpAddr,
+    /// Register the webhook through this Service in the operator's namespace (inside a
+    /// pod, as config/ does); without it, the operator registers its own address,
+    /// which the API server must be able to reach (e.g. both on one machine).
+    #[arg(long, value_name = "NAME")]
+    pub webhook_service: Option<String>,
+    /// The MutatingWebhookConfiguration the operator keeps (default: `kite-operator`,
+    /// or one per --namespace/--selector scope).
+    #[arg(long, value_name = "NAME")]
+    pub webhook_configuration: Option<String>,
     /// Run only while holding the `kite-operator` Lease (for several replicas).
     #[arg(long)]
     pub leader_election: bool,
@@ -89,18 +104,10 @@ pub struct OperatorArgs {
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,
-    /// The kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use.
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t)]
-    pub log_format: LogFormat,
-    /// More logging (-v: debug, -vv: trace).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    pub verbose: u8,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,12 +135,9 @@ pub struct InferArgs {
     /// Never contact a cluster (otherwise its discovery resolves kinds nothing else knows).
     #[arg(long)]
     pub offline: bool,
-    /// The kubeconfig file for discovery.
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context for discovery.
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
+    /// The cluster whose discovery resolves kinds.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// Output formats for generated manifests.
@@ -217,12 +221,8 @@ pub struct RunArgs {
     /// Send every write with dryRun=All and print what would change.
     #[arg(long)]
     pub dry_run: bool,
-    /// The kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use.
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// A handler running longer than this is cancelled (controllers only).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub handler_timeout: std::time::Duration,
@@ -235,6 +235,24 @@ pub struct RunArgs {
     /// The address the health server (health_port) binds; 0.0.0.0 inside a pod.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     pub health_bind: std::net::IpAddr,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Which cluster to talk to; shared by every command that does.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// The kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+/// What the long-running commands log.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct LogArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t)]
     pub log_format: LogFormat,

@@ -1,14 +1,20 @@
-//! A minimal HTTP/1.1 server for kubelet health probes and Prometheus scrapes.
+//! The HTTP/1.1 server for kubelet health probes and Prometheus scrapes (hyper), and
+//! the connection loop the operator's admission webhook shares.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::time::timeout;
 
 /// What the server asks of the process.
 pub trait Probe: Send + Sync + 'static {
@@ -40,24 +46,22 @@ pub enum Error {
 /// The result type of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+const METRICS_CONTENT_TYPE: &str = crate::control::metrics::CONTENT_TYPE;
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 // Without a pause, a persistent accept error (EMFILE) would spin a core.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-// Closing a socket with unread input sends a RST, which can make the client lose the
-// response: drain for a while first.
-const LINGER: Duration = Duration::from_secs(1);
-const MAX_HEAD: usize = 8 * 1024;
-// Probes and scrapes are few; more than this is a misbehaving client.
-const MAX_CONNECTIONS: usize = 64;
+/// A client must send a request's head within this; an idle keep-alive connection is
+/// closed after it too, so idle clients cannot hold the connection slots.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; the next ones wait in the accept queue. Far above what
+/// probes and scrapes need, and each idle one goes after [`READ_TIMEOUT`].
+const MAX_CONNECTIONS: usize = 1024;
 
 /// Binds now (so a port conflict is reported at start-up) and returns the bound address
 /// and a future that serves until `shutdown` resolves.
 ///
 /// Connections already accepted when `shutdown` resolves finish in their own tasks,
-/// bounded by the read and write timeouts.
+/// bounded by the read timeout.
 ///
 /// # Errors
 /// [`Error::Bind`] when the address cannot be bound.
@@ -66,10 +70,19 @@ pub async fn bind(
     probe: Arc<dyn Probe>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
+    let (listener, local) = listen(addr).await?;
+    Ok((local, serve(listener, probe, shutdown, READ_TIMEOUT)))
+}
+
+/// Binds `addr`; returns the listener and the address it got.
+///
+/// # Errors
+/// [`Error::Bind`] when the address cannot be bound.
+pub async fn listen(addr: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
     let bind_err = |source| Error::Bind { addr, source };
     let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
-    Ok((local, serve(listener, probe, shutdown, READ_TIMEOUT)))
+    Ok((listener, local))
 }
 
 async fn serve(
@@ -78,234 +91,110 @@ async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     read_timeout: Duration,
 ) {
+    let handler = move |req: Request<Incoming>| {
+        let probe = probe.clone();
+        async move { respond(req.method(), req.uri().path(), &*probe) }
+    };
+    let plain = |tcp: TcpStream| async move { Some(tcp) };
+    connections(listener, shutdown, read_timeout, plain, handler).await;
+}
+
+/// Serves HTTP/1.1 on each connection `listener` accepts until `shutdown`: `open` turns
+/// the TCP stream into the transport (None drops it, e.g. a failed TLS handshake), and
+/// `handler` answers each request.
+pub async fn connections<O, OF, IO, H, HF>(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    read_timeout: Duration,
+    open: O,
+    handler: H,
+) where
+    O: Fn(TcpStream) -> OF + Send + Sync + 'static,
+    OF: Future<Output = Option<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> HF + Clone + Send + Sync + 'static,
+    HF: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut shutdown = std::pin::pin!(shutdown);
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, peer) = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let tcp = tokio::select! {
+            _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
+                Ok((tcp, _)) => tcp,
                 Err(e) => {
-                    tracing::warn!(error = %e, "http: accepting a connection failed");
+                    tracing::warn!(error = %e, "accepting a connection");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, "http: too many connections; closing");
-            continue;
-        };
-        let probe = probe.clone();
+        let opening = open(tcp);
+        let handler = handler.clone();
         tokio::spawn(async move {
-            handle(stream, peer, &*probe, read_timeout).await;
-            drop(permit);
+            let _permit = permit;
+            let Some(io) = opening.await else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let answer = handler(req);
+                async move { Ok::<_, std::convert::Infallible>(answer.await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(read_timeout)
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(io), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
         });
     }
-    tracing::debug!(addr = ?listener.local_addr().ok(), "http: server stopped");
 }
 
-/// How reading the request head ended.
-enum Head {
-    /// The head, without the blank line that ends it.
-    Complete(Vec<u8>),
-    /// The peer closed before sending anything (a TCP probe).
-    Empty,
-    /// The peer closed mid-head.
-    Truncated,
-    TooLarge,
+/// A plain-text response.
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.into())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT_CONTENT_TYPE));
+    r
 }
 
-async fn handle(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    probe: &dyn Probe,
-    read_timeout: Duration,
-) {
-    let read = timeout(read_timeout, read_head(&mut stream)).await;
-    let response = match read.unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())) {
-        Err(e) => return tracing::debug!(%peer, error = %e, "http: reading the request failed"),
-        Ok(Head::Empty) => return,
-        Ok(Head::Truncated) => text(400, "incomplete request"),
-        Ok(Head::TooLarge) => text(431, "request header fields too large"),
-        Ok(Head::Complete(head)) => {
-            // Debug-formatted: the line is untrusted and may hold control characters.
-            let line = String::from_utf8_lossy(head.split(|&b| b == b'\n').next().unwrap_or(&[]));
-            tracing::debug!(%peer, request = ?line.trim_end(), "http: request");
-            respond(&head, probe)
-        }
-    };
-    tracing::debug!(%peer, status = response.status, "http: response");
-    let bytes = response.encode();
-    let written = timeout(WRITE_TIMEOUT, async {
-        stream.write_all(&bytes).await?;
-        stream.shutdown().await
-    });
-    match written.await {
-        Ok(Ok(())) => {
-            let _ = timeout(LINGER, tokio::io::copy(&mut stream, &mut tokio::io::sink())).await;
-        }
-        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "http: writing the response failed"),
-        Err(_) => tracing::debug!(%peer, "http: timed out writing the response"),
-    }
-}
-
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Head> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(if buf.is_empty() {
-                Head::Empty
-            } else {
-                Head::Truncated
-            });
-        }
-        // The terminator may straddle two reads.
-        let scan_from = buf.len().saturating_sub(2);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = head_end(&buf, scan_from) {
-            if end > MAX_HEAD {
-                return Ok(Head::TooLarge);
-            }
-            buf.truncate(end);
-            return Ok(Head::Complete(buf));
-        }
-        if buf.len() > MAX_HEAD {
-            return Ok(Head::TooLarge);
-        }
-    }
-}
-
-/// The length of the head (through the last header line's `\n`) if `buf` holds a blank
-/// line at or after `from`. Bare `\n` line endings are accepted, as RFC 9112 allows.
-fn head_end(buf: &[u8], from: usize) -> Option<usize> {
-    (from..buf.len()).find_map(|i| {
-        let rest = &buf[i..];
-        (rest.starts_with(b"\n\n") || rest.starts_with(b"\n\r\n")).then_some(i + 1)
-    })
-}
-
-/// A response; `headers` holds extra header lines, each ending in CRLF.
-struct Response {
-    status: u16,
-    content_type: &'static str,
-    headers: &'static str,
-    body: String,
-    head_only: bool,
-}
-
-fn text(status: u16, body: impl Into<String>) -> Response {
-    let (content_type, headers, body) = (TEXT_CONTENT_TYPE, "", body.into());
-    Response {
-        status,
-        content_type,
-        headers,
-        body,
-        head_only: false,
-    }
-}
-
-impl Response {
-    fn encode(&self) -> Vec<u8> {
-        let reason = match self.status {
-            200 => "OK",
-            400 => "Bad Request",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            431 => "Request Header Fields Too Large",
-            503 => "Service Unavailable",
-            _ => "",
-        };
-        let (status, content_type, headers) = (self.status, self.content_type, self.headers);
-        let length = self.body.len();
-        let mut out = format!(
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n\
-             Content-Length: {length}\r\n{headers}Connection: close\r\n\r\n"
-        )
-        .into_bytes();
-        if !self.head_only {
-            out.extend_from_slice(self.body.as_bytes());
-        }
-        out
-    }
-}
-
-/// The response to a complete request head; never panics, whatever the bytes.
-fn respond(head: &[u8], probe: &dyn Probe) -> Response {
-    let Some((method, path)) = parse(head) else {
-        return text(400, "bad request");
-    };
+/// The answer to `method path`; never panics.
+fn respond(method: &Method, path: &str, probe: &dyn Probe) -> Response<Full<Bytes>> {
     let status = |result: Result<(), String>| match result {
-        Ok(()) => text(200, "ok"),
-        Err(reason) => text(503, reason),
+        Ok(()) => text(StatusCode::OK, "ok"),
+        Err(reason) => text(StatusCode::SERVICE_UNAVAILABLE, reason),
     };
-    let head_only = method == "HEAD";
-    let response = match (path, head_only || method == "GET") {
-        ("/healthz" | "/readyz" | "/metrics", false) => Response {
-            headers: "Allow: GET, HEAD\r\n",
-            ..text(405, "method not allowed")
-        },
+    let readable = method == Method::GET || method == Method::HEAD;
+    match (path, readable) {
+        ("/healthz" | "/readyz" | "/metrics", false) => {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            r.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        }
         ("/healthz", true) => status(probe.healthz()),
         ("/readyz", true) => status(probe.readyz()),
-        ("/metrics", true) => Response {
-            content_type: METRICS_CONTENT_TYPE,
-            ..text(200, probe.metrics())
-        },
-        _ => text(404, "not found"),
-    };
-    Response {
-        head_only,
-        ..response
-    }
-}
-
-/// The method and the path (query and fragment removed) of a well-formed head.
-fn parse(head: &[u8]) -> Option<(&str, &str)> {
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line));
-    let request_line = std::str::from_utf8(lines.next()?).ok()?;
-    let mut parts = request_line.split(' ');
-    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some()
-        || method.is_empty()
-        || !method.bytes().all(is_tchar)
-        || !matches!(version, "HTTP/1.0" | "HTTP/1.1")
-    {
-        return None;
-    }
-    for line in lines.filter(|line| !line.is_empty()) {
-        // A header needs a token name before its colon; obs-fold continuation lines
-        // (leading whitespace) are rejected, as RFC 9112 permits.
-        let colon = line.iter().position(|&b| b == b':')?;
-        if colon == 0 || !line[..colon].iter().copied().all(is_tchar) {
-            return None;
+        ("/metrics", true) => {
+            let mut r = text(StatusCode::OK, probe.metrics());
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
+            r
         }
+        _ => text(StatusCode::NOT_FOUND, "not found"),
     }
-    // Absolute-form targets ("http://host/path") come from proxies.
-    let target = match target.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => {
-            rest.find('/').map_or("/", |i| &rest[i..])
-        }
-        _ => target,
-    };
-    if !target.starts_with('/') {
-        return None;
-    }
-    let path = target.split(['?', '#']).next().unwrap_or(target);
-    Some((method, path))
-}
-
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::timeout;
 
     struct Unready;
 
@@ -331,7 +220,8 @@ mod tests {
         (addr, tx)
     }
 
-    /// Sends `raw`, half-closes, and returns everything the server sent.
+    /// Sends `raw` with `Connection: close` semantics (half-closes) and returns
+    /// everything the server sent.
     async fn exchange(addr: SocketAddr, raw: impl AsRef<[u8]>) -> String {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream.write_all(raw.as_ref()).await.unwrap();
@@ -345,84 +235,76 @@ mod tests {
     /// What curl sends.
     fn get(path: &str) -> String {
         let headers = "Host: 127.0.0.1\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n";
-        format!("GET {path} HTTP/1.1\r\n{headers}\r\n")
+        format!("GET {path} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n")
     }
 
-    /// The exact response expected; `extra` is more header lines.
-    fn expect(status: &str, content_type: &str, extra: &str, body: &str) -> String {
-        let len = body.len();
-        let head = format!("Content-Type: {content_type}\r\nContent-Length: {len}\r\n{extra}");
-        format!("HTTP/1.1 {status}\r\n{head}Connection: close\r\n\r\n{body}")
+    fn status_line(reply: &str) -> &str {
+        reply.lines().next().unwrap_or("")
+    }
+
+    fn body(reply: &str) -> &str {
+        reply.split_once("\r\n\r\n").map_or("", |(_, b)| b)
     }
 
     #[tokio::test]
     async fn curl_style_requests() {
         let (addr, _stop) = start(READ_TIMEOUT).await;
-        let (text, metrics) = (TEXT_CONTENT_TYPE, METRICS_CONTENT_TYPE);
-        assert_eq!(metrics, "text/plain; version=0.0.4");
         let reply = exchange(addr, get("/healthz")).await;
-        assert_eq!(reply, expect("200 OK", text, "", "ok"));
+        assert_eq!(status_line(&reply), "HTTP/1.1 200 OK");
+        assert_eq!(body(&reply), "ok");
+        assert!(
+            reply.contains("content-type: text/plain; charset=utf-8"),
+            "{reply}"
+        );
         let reply = exchange(addr, get("/readyz?verbose")).await;
-        let unready = "503 Service Unavailable";
-        assert_eq!(reply, expect(unready, text, "", "caches not synced"));
+        assert_eq!(status_line(&reply), "HTTP/1.1 503 Service Unavailable");
+        assert_eq!(body(&reply), "caches not synced");
         let reply = exchange(addr, get("/metrics")).await;
-        assert_eq!(reply, expect("200 OK", metrics, "", "kite_up 1\n"));
+        assert_eq!(body(&reply), "kite_up 1\n");
+        assert!(
+            reply.contains("content-type: text/plain; version=0.0.4"),
+            "{reply}"
+        );
         let reply = exchange(addr, get("/nope")).await;
-        assert_eq!(reply, expect("404 Not Found", text, "", "not found"));
+        assert_eq!(status_line(&reply), "HTTP/1.1 404 Not Found");
 
         let reply = exchange(addr, "POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n").await;
-        let allow = "Allow: GET, HEAD\r\n";
-        let status = "405 Method Not Allowed";
-        assert_eq!(reply, expect(status, text, allow, "method not allowed"));
-        // HEAD: GET's headers, Content-Length included, and no body.
+        assert_eq!(status_line(&reply), "HTTP/1.1 405 Method Not Allowed");
+        assert!(reply.contains("allow: GET, HEAD"), "{reply}");
+        // HEAD: no body.
         let reply = exchange(addr, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        let get_reply = expect("200 OK", metrics, "", "kite_up 1\n");
-        assert_eq!(Some(reply.as_str()), get_reply.strip_suffix("kite_up 1\n"));
-        // HTTP/1.0 with bare LF line endings, as a minimal client might send.
-        let reply = exchange(addr, "GET /healthz HTTP/1.0\n\n").await;
-        assert_eq!(reply, expect("200 OK", text, "", "ok"));
+        assert_eq!(status_line(&reply), "HTTP/1.1 200 OK");
+        assert_eq!(body(&reply), "");
+        let reply = exchange(addr, "GET /healthz HTTP/1.0\r\n\r\n").await;
+        assert!(reply.starts_with("HTTP/1.0 200 OK"), "{reply}");
     }
 
     #[tokio::test]
     async fn garbage_gets_400_or_close() {
         let (addr, _stop) = start(READ_TIMEOUT).await;
-        let inputs: [&[u8]; 9] = [
+        let inputs: [&[u8]; 4] = [
             b"\x00\xff\xfe\r\n\r\n",
-            b"\r\n\r\n",
             b"GET\r\n\r\n",
-            b"GET /healthz HTTP/2.0\r\n\r\n",
-            b"GET  /healthz HTTP/1.1\r\n\r\n",
-            b"GET healthz HTTP/1.1\r\n\r\n",
             b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n",
-            b"GET /healthz HTTP/1.1\r\n folded: x\r\n\r\n",
             b"GET /healthz HTT",
         ];
         for raw in inputs {
             let reply = exchange(addr, raw).await;
-            assert!(reply.starts_with("HTTP/1.1 400 "), "{raw:?}: {reply}");
+            assert!(
+                reply.is_empty() || reply.starts_with("HTTP/1.1 400 "),
+                "{raw:?}: {reply}"
+            );
         }
         assert_eq!(exchange(addr, b"").await, "", "a TCP probe gets no reply");
-        let huge = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(9000));
-        let reply = exchange(addr, huge).await;
-        assert!(reply.starts_with("HTTP/1.1 431 "), "{reply}");
+        // A huge head is bounded by hyper's buffer limit; whatever the answer, the
+        // server goes on serving.
+        let huge = format!(
+            "GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(1_000_000)
+        );
+        let _ = exchange(addr, huge).await;
         let reply = exchange(addr, get("/healthz")).await;
         assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
-    }
-
-    #[test]
-    fn respond_never_panics() {
-        let sample = b"GET http://h/readyz?x#y HTTP/1.1\r\nHost: h\r\nA: b\r\n";
-        assert_eq!(respond(sample, &Unready).status, 503);
-        // Every prefix, and every substitution of one byte by a delimiter or invalid UTF-8.
-        for i in 0..sample.len() {
-            let prefix = &sample[..i];
-            let _ = (respond(prefix, &Unready), head_end(prefix, i / 2));
-            for byte in *b"\0\n\r :?/\xff" {
-                let mut bytes = sample.to_vec();
-                bytes[i] = byte;
-                let _ = respond(&bytes, &Unready);
-            }
-        }
     }
 
     #[tokio::test]
@@ -434,7 +316,25 @@ mod tests {
         let mut out = Vec::new();
         let read = timeout(Duration::from_secs(5), stream.read_to_end(&mut out));
         assert!(read.await.is_ok(), "the connection stayed open");
-        assert!(out.is_empty());
+    }
+
+    #[tokio::test]
+    async fn idle_connections_do_not_block_probes() {
+        let (addr, _stop) = start(READ_TIMEOUT).await;
+        let mut idle = Vec::new();
+        for _ in 0..200 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        for _ in 0..20 {
+            let reply = timeout(Duration::from_secs(1), exchange(addr, get("/healthz"))).await;
+            assert!(
+                reply
+                    .as_deref()
+                    .is_ok_and(|r| r.starts_with("HTTP/1.1 200 OK")),
+                "{reply:?}"
+            );
+        }
+        drop(idle);
     }
 
     #[tokio::test]

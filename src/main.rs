@@ -9,6 +9,7 @@ use kite::artifacts;
 use kite::cli::{
     Cli, Command, InferArgs, KubeCommand, LogFormat, OperatorArgs, OutputFormat, RunArgs,
 };
+use kite::control::handlers::Handlers;
 use kite::control::standalone;
 use kite::rbac;
 use kite::script::host::{Host, KubeOptions};
@@ -62,14 +63,14 @@ fn main() -> ExitCode {
 }
 
 fn operator(args: OperatorArgs) -> ExitCode {
-    init_logging(args.log_format, args.verbose);
+    init_logging(args.log.log_format, args.log.verbose);
     let Some(runtime) = runtime() else {
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
         let kube_opts = KubeOptions {
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
+            kubeconfig: args.cluster.kubeconfig.clone(),
+            context: args.cluster.context.clone(),
             dry_run: false,
         };
         let (client, config) = kite::k8s::session::connect_config(&kube_opts).await?;
@@ -104,6 +105,9 @@ fn operator(args: OperatorArgs) -> ExitCode {
             },
             status_period: args.status_period,
             grace: args.grace_period,
+            webhook_bind: std::net::SocketAddr::new(args.webhook_bind, args.webhook_port),
+            webhook_service: args.webhook_service.clone(),
+            webhook_configuration: args.webhook_configuration.clone(),
         };
         let signalled = kite::signal::shutdown_signal()?;
         kite::operator::manager::run(client, config, opts, signalled).await?;
@@ -193,8 +197,8 @@ fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<rbac::Inf
     }
     if !args.offline {
         let kube = KubeOptions {
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
+            kubeconfig: args.cluster.kubeconfig.clone(),
+            context: args.cluster.context.clone(),
             dry_run: false,
         };
         catalog.add_discovered(rbac::discover(&kube));
@@ -222,7 +226,7 @@ fn init_logging(format: LogFormat, verbose: u8) {
 }
 
 fn run(args: RunArgs) -> ExitCode {
-    init_logging(args.log_format, args.verbose);
+    init_logging(args.log.log_format, args.log.verbose);
     let vars = match Vars::from_args(&args.vars, &args.var_files) {
         Ok(v) => v,
         Err(e) => {
@@ -241,8 +245,8 @@ fn run(args: RunArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let kube = KubeOptions {
-        kubeconfig: args.kubeconfig,
-        context: args.context,
+        kubeconfig: args.cluster.kubeconfig,
+        context: args.cluster.context,
         dry_run: args.dry_run,
     };
     let mut host = Host::new(vars, permissions, runtime.handle().clone(), kube);
@@ -252,21 +256,32 @@ fn run(args: RunArgs) -> ExitCode {
     // block on the runtime.
     let code = match kite::script::run::run(&args.file, &host) {
         Ok(Finished::Done) => ExitCode::SUCCESS,
-        Ok(Finished::Controller { request, handlers }) => {
-            let opts = standalone::Options {
-                handler_budget: args.handler_timeout,
-                grace: args.grace_period,
-                health_bind: args.health_bind,
-                script: args.file.clone(),
-            };
-            match standalone::run(host.clone(), *request, *handlers, opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
+        Ok(Finished::Controller {
+            request,
+            module,
+            positions,
+        }) => match Handlers::of_script(module, positions) {
+            // Rendered like a script error, with its exit code.
+            Err(rendered) => {
+                eprintln!("{rendered}");
+                ExitCode::from(1)
+            }
+            Ok(handlers) => {
+                let opts = standalone::Options {
+                    handler_budget: args.handler_timeout,
+                    grace: args.grace_period,
+                    health_bind: args.health_bind,
+                    script: args.file.clone(),
+                };
+                match standalone::run(host.clone(), *request, handlers, opts) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
                 }
             }
-        }
+        },
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(e.exit_code())

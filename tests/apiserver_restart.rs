@@ -11,24 +11,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn drift_is_corrected_after_an_api_server_restart() {
     let ns = TestNamespace::new("restart").await;
-    let var = format!("namespace={}", ns.name);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let port_var = format!("port={port}");
-    let mut kite = Kite::spawn(&[
-        "run",
-        "tests/scripts/control/cap.star",
-        "--allow-k8s",
-        "--var",
-        &var,
-        "--var",
-        &port_var,
-    ]);
-    kite.wait_stdout("cap controller started", Duration::from_secs(30))
-        .await;
+    let (kite, port) = cap_controller(&ns.name).await;
     let replicas = |name: &'static str| {
         let ns = ns.name.clone();
         async move {
@@ -61,15 +44,7 @@ async fn drift_is_corrected_after_an_api_server_restart() {
     )
     .await;
 
-    let out = tokio::process::Command::new(repo_root().join("tests/cluster/restart-apiserver.sh"))
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "restart failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    restart_apiserver().await;
 
     wait_until(
         "the API server to accept writes again",

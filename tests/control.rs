@@ -325,6 +325,70 @@ async fn hooks_see_old_and_new_values() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_failed_on_delete_is_delivered_again_until_it_succeeds() {
+    let ns = TestNamespace::new("flaky").await;
+    let var = format!("namespace={}", ns.name);
+    let mut kite = Kite::spawn(&[
+        "run",
+        "tests/scripts/control/flaky_delete.star",
+        "--allow-k8s",
+        "--var",
+        &var,
+    ]);
+    create_cm(&ns.name, "gate", "gate: closed", "a: b").await;
+    let names: Vec<String> = (0..100).map(|i| format!("cm-{i:03}")).collect();
+    let list = names
+        .iter()
+        .map(|name| {
+            format!(
+                "- {{apiVersion: v1, kind: ConfigMap, metadata: {{name: {name}, labels: {{test: flaky}}}}, data: {{a: b}}}}"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let manifest = format!("apiVersion: v1\nkind: List\nitems:\n{list}\n");
+    let out = kubectl_stdin(&["apply", "-n", &ns.name, "-f", "-"], &manifest).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in &names {
+        kite.wait_stdout(&format!("ADDED {name}"), T).await;
+    }
+    kubectl_ok(&["delete", "configmaps", "-n", &ns.name, "-l", "test=flaky"]).await;
+    // Two failed deliveries per deletion on average before the gate opens.
+    let failed = |kite: &Kite| {
+        let lines = kite.stderr();
+        let failed = lines
+            .iter()
+            .filter(|l| l.contains("outcome=\"error\"") && l.contains("gate is closed"));
+        failed.count()
+    };
+    wait_until("200 failed deliveries", Duration::from_secs(60), || async {
+        failed(&kite) >= 200
+    })
+    .await;
+    kubectl_ok(&["delete", "configmap", "gate", "-n", &ns.name]).await;
+    for name in &names {
+        kite.wait_stdout(&format!("DELETED {name}"), Duration::from_secs(60))
+            .await;
+    }
+    // Each exactly once, and nothing else.
+    let out = kite.stdout();
+    for name in &names {
+        let line = format!("DELETED {name}");
+        assert_eq!(count(&out, &line), 1, "{out:?}");
+    }
+    let deliveries = out.iter().filter(|l| l.starts_with("DELETED ")).count();
+    println!(
+        "{} failed deliveries, then {deliveries} successful",
+        failed(&kite)
+    );
+    assert_eq!(deliveries, 100, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn failures_retry_with_growing_delays_then_warn_and_spare_the_others() {
     let ns = TestNamespace::new("failing").await;
     let var = format!("namespace={}", ns.name);
@@ -517,4 +581,122 @@ async fn leader_election_one_leads_and_a_standby_takes_over() {
     .await;
     println!("standby took over {:?} after SIGTERM", stopped.elapsed());
     standby.wait_stdout("RECONCILED-BY", T).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_leader_writes_nothing_after_the_standby_takes_over() {
+    let ns = TestNamespace::new("paused").await;
+    let var = format!("namespace={}", ns.name);
+    let start = |me: &str, port: u16| {
+        Kite::spawn(&[
+            "run",
+            "tests/scripts/control/stamper.star",
+            "--allow-k8s",
+            "--var",
+            &var,
+            "--var",
+            &format!("me={me}"),
+            "--var",
+            &format!("port={port}"),
+        ])
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let mut a = start("a", pa);
+    let ready = |port: u16| async move {
+        support::operator::curl(&format!("http://127.0.0.1:{port}/readyz"))
+            .await
+            .is_some()
+    };
+    wait_until("a leads", T, || ready(pa)).await;
+    let mut b = start("b", pb);
+    create_cm(&ns.name, "x", "t: stamp", "by: nobody").await;
+    a.wait_stdout("STAMPING a", T).await;
+    // Every version of the ConfigMap, in order.
+    let versions = Versions::record("configmap", "x", &ns.name, "{.data.by}");
+    // The leader freezes mid-handler; the standby takes over once the lease expires.
+    signal(a.pid(), "-STOP");
+    let paused = std::time::Instant::now();
+    b.wait_stdout("STAMPING b", Duration::from_secs(40)).await;
+    let took_over = paused.elapsed();
+    let until = Duration::from_secs(25);
+    if took_over < until {
+        tokio::time::sleep(until - took_over).await;
+    }
+    signal(a.pid(), "-CONT");
+    // An observation window (not a wait for a condition): the old leader gets every
+    // chance to write.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let seen = versions.stop();
+    let first_b = seen.iter().position(|v| v == "b").expect("b stamped");
+    let late: Vec<&String> = seen[first_b..].iter().filter(|v| *v == "a").collect();
+    assert!(
+        late.is_empty(),
+        "the old leader wrote {} times after the takeover ({took_over:?} after the pause): {seen:?}",
+        late.len()
+    );
+    println!(
+        "paused leader: takeover {took_over:?} after the pause; {} versions seen, none by the old leader after the takeover",
+        seen.len()
+    );
+    assert!(
+        took_over <= Duration::from_secs(20),
+        "takeover took {took_over:?}"
+    );
+    let log = a.stderr().join("\n");
+    assert!(
+        log.contains("stopped leading") || log.contains("lost leadership"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_a_stuck_handler_keeps_the_lease_until_kite_exits() {
+    let ns = TestNamespace::new("stuck").await;
+    let var = format!("namespace={}", ns.name);
+    let mut kite = Kite::spawn(&[
+        "run",
+        "tests/scripts/control/stuck.star",
+        "--allow-k8s",
+        "--var",
+        &var,
+        "--grace-period",
+        "5s",
+    ]);
+    create_cm(&ns.name, "c", "t: stuck", "a: b").await;
+    kite.wait_stdout("WAITING c", T).await;
+    let lease = format!("kite-stuck-{}", ns.name);
+    let holder = || async { jsonpath("lease", &lease, &ns.name, "{.spec.holderIdentity}").await };
+    assert_eq!(holder().await, "stuck");
+    sigterm(kite.pid());
+    let asked = std::time::Instant::now();
+    // Until kite's work has stopped (the handler cancelled, the workers joined), the
+    // lease stays ours: nothing of it may still run when a standby could take over. The
+    // process itself may outlive the release by its runtime's teardown, which writes
+    // nothing.
+    let exited = loop {
+        if let Some(status) = kite.try_wait() {
+            break status;
+        }
+        let h = holder().await;
+        let log = kite.stderr().join("\n");
+        if h != "stuck" {
+            let cancelled = log.find("cancelling them");
+            let stopped = log.find("workers stopped");
+            assert!(
+                cancelled.is_some() && stopped.is_some() && cancelled < stopped,
+                "the lease was released ({h:?}) while kite's work still ran:\n{log}"
+            );
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "kite still runs 10 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = asked.elapsed();
+    println!("stuck handler: kite exited {took:?} after SIGTERM, the lease held until then");
+    assert!(took <= Duration::from_secs(10), "exit took {took:?}");
+    let _ = exited;
+    // Released on the way out.
+    assert_eq!(holder().await, "", "the lease was released on exit");
 }

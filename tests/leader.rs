@@ -45,7 +45,13 @@ impl Replica {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(leader::run(client.clone(), config, publish, shutdown));
+        let task = tokio::spawn(leader::run(
+            client.clone(),
+            config,
+            publish,
+            leader::Validity::new(),
+            shutdown,
+        ));
         Self {
             identity,
             leading,

@@ -296,6 +296,105 @@ async fn watch_owned_requeues_the_owner_without_returned_children() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_ready_write_keeps_conditions_written_meanwhile() {
+    install_staticsite_crd().await;
+    let ns = TestNamespace::new("conds").await;
+    let var = format!("namespace={}", ns.name);
+    let mut kite = Kite::spawn(&[
+        "run",
+        "tests/scripts/operator/own_condition.star",
+        "--allow-k8s",
+        "--var",
+        &var,
+    ]);
+    create_site(&ns.name, "c", 1).await;
+    kite.wait_stdout("RECONCILED c", T).await;
+    let types =
+        || async { jsonpath("staticsite", "c", &ns.name, "{.status.conditions[*].type}").await };
+    wait_until("Ready written", T, || async {
+        types().await.contains("Ready")
+    })
+    .await;
+    let both = types().await;
+    assert!(
+        both.contains("Custom"),
+        "the script's condition was overwritten: {both}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_object_kite_did_not_create_is_not_taken_over_unless_the_child_says_so() {
+    install_staticsite_crd().await;
+    let ns = TestNamespace::new("adopt").await;
+    let var = format!("namespace={}", ns.name);
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: s, namespace: {}}}\ndata: {{k: mine}}\n",
+        ns.name
+    );
+    assert!(
+        kubectl_stdin(&["apply", "-f", "-"], &cm)
+            .await
+            .status
+            .success()
+    );
+    let mut kite = Kite::spawn(&[
+        "run",
+        "tests/scripts/operator/adopt.star",
+        "--allow-k8s",
+        "--var",
+        &var,
+    ]);
+    create_site(&ns.name, "s", 1).await;
+    kite.wait_stdout("RECONCILED s", T).await;
+    let ready = || async {
+        jsonpath(
+            "staticsite",
+            "s",
+            &ns.name,
+            r#"{.status.conditions[?(@.type=="Ready")].message}"#,
+        )
+        .await
+    };
+    wait_until("the refusal in Ready", T, || async {
+        ready().await.contains("this controller did not create it")
+    })
+    .await;
+    assert_eq!(
+        jsonpath("configmap", "s", &ns.name, "{.data.k}").await,
+        "mine"
+    );
+    assert_eq!(
+        jsonpath("configmap", "s", &ns.name, "{.metadata.ownerReferences}").await,
+        ""
+    );
+    drop(kite);
+
+    // Opting in takes it over.
+    let mut kite = Kite::spawn(&[
+        "run",
+        "tests/scripts/operator/adopt.star",
+        "--allow-k8s",
+        "--var",
+        &var,
+        "--var",
+        "adopt=true",
+    ]);
+    kite.wait_stdout("RECONCILED s", T).await;
+    wait_until("the ConfigMap adopted", T, || async {
+        jsonpath("configmap", "s", &ns.name, "{.data.k}").await == "kite"
+    })
+    .await;
+    let owner = jsonpath(
+        "configmap",
+        "s",
+        &ns.name,
+        "{.metadata.ownerReferences[0].kind}",
+    )
+    .await;
+    assert_eq!(owner, "StaticSite");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn steady_state_writes_nothing() {
     install_staticsite_crd().await;
     let ns = TestNamespace::new("steady").await;

@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
+use support::operator::{WebhookConfiguration, curl};
 use support::*;
 
 const MAX_REPLICAS: &str = include_str!("../examples/max-replicas-controller.star");
@@ -117,6 +118,10 @@ fn start_operator(ns: &str, ceiling: &str, port: u16) -> Kite {
         &port.to_string(),
         "--status-period",
         "2s",
+        "--webhook-port",
+        "0",
+        "--webhook-configuration",
+        &format!("kite-test-{ns}"),
     ])
 }
 
@@ -131,10 +136,14 @@ async fn fifty_controllers_in_one_operator_and_a_restart() {
                   {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]});
     let out = kubectl_stdin(&["apply", "-f", "-"], &role.to_string()).await;
     assert!(out.status.success());
+    let _webhook = WebhookConfiguration::new(ns);
     let port = free_port();
     let mut op = start_operator(ns, &ceiling, port);
-    op.wait_stderr_line("serving /healthz", Duration::from_secs(30))
-        .await;
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    wait_until("the operator ready", Duration::from_secs(30), || async {
+        curl(&ready).await.is_some_and(|b| b.trim() == "ok")
+    })
+    .await;
     let idle = rss_mb(op.pid());
 
     apply_all(ns, deployments(5)).await;

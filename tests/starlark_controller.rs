@@ -303,6 +303,7 @@ async fn with_two_operators_exactly_one_leads() {
     let ns = TestNamespace::new("slc-ha").await;
     let ns = ns.name.as_str();
     let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let webhook = WebhookConfiguration::new(ns);
     let start = || {
         let port = free_port();
         let kite = Kite::spawn(&[
@@ -318,6 +319,10 @@ async fn with_two_operators_exactly_one_leads() {
             ns,
             "--status-period",
             "1s",
+            "--webhook-port",
+            "0",
+            "--webhook-configuration",
+            &webhook.0,
         ]);
         (kite, port)
     };

@@ -98,6 +98,9 @@ async fn the_kustomize_tree_passes_a_server_dry_run() {
         "customresourcedefinition.apiextensions.k8s.io/clusterstarlarkcontrollers.starkite.io",
         "clusterrole.rbac.authorization.k8s.io/starkite-controller-ceiling",
         "deployment.apps/kite-operator",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/kite-operator",
+        "service/kite-operator-webhook",
+        "rolebinding.rbac.authorization.k8s.io/kite-operator-webhook",
     ] {
         assert!(stdout.contains(needle), "{needle} missing from:\n{stdout}");
     }

@@ -46,17 +46,7 @@ async fn a_starlarkcontroller_is_confined_to_its_namespace() {
     );
     assert_eq!(condition(&s, "Ready")["status"], "False");
     let uid = jsonpath("slc", "escape", ns, "{.metadata.uid}").await;
-    let granted = kubectl_ok(&[
-        "get",
-        "roles,rolebindings",
-        "-A",
-        "-l",
-        &format!("starkite.io/owner-uid={uid}"),
-        "-o",
-        "name",
-    ])
-    .await;
-    assert_eq!(granted.trim(), "", "nothing is granted anywhere");
+    assert_eq!(generated_for(&uid).await, "", "nothing is granted anywhere");
 
     // A cluster-scoped kind.
     let nodes = "def reconcile(n):\n    pass\n\nk8s.control(\"nodes\", reconcile = reconcile)\n";

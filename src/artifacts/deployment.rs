@@ -60,14 +60,23 @@ pub(super) fn deployment(control: &ControlFacts, opts: &Options) -> Result<Json>
         args.extend(["--health-bind".to_owned(), "0.0.0.0".to_owned()]);
         container["ports"] = json!([{"name": "health", "containerPort": port, "protocol": "TCP"}]);
         container["livenessProbe"] = probe("/healthz", 15, 20, 3);
-        container["readinessProbe"] = probe("/readyz", 5, 10, 3);
+        // /readyz is 503 on a standby, and a Deployment counts an unready pod as
+        // unavailable: a rollout of leader-elected replicas would wait forever for the
+        // standby. Its pods are ready when they serve; /readyz still tells the leader.
+        let ready = if control.leader_election {
+            "/healthz"
+        } else {
+            "/readyz"
+        };
+        container["readinessProbe"] = probe(ready, 5, 10, 3);
     }
     container["args"] = json!(args);
 
     // Without leader election two pods reconcile side by side, which a rolling update
-    // would cause on every rollout; replacing the pod avoids that.
+    // would cause on every rollout; replacing the pod avoids that. With it, one new pod
+    // at a time: it stands by until the old leader, stopped next, hands over the lease.
     let strategy = if control.leader_election {
-        json!({"type": "RollingUpdate"})
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
     } else {
         json!({"type": "Recreate"})
     };
@@ -171,6 +180,16 @@ mod tests {
         assert_eq!(
             c["readinessProbe"]["httpGet"],
             json!({"path": "/readyz", "port": "health"})
+        );
+        // Leader-elected: a standby is ready (serving), or no rollout could finish.
+        let d = deployment(&control(Some(8081), true), &opts()).unwrap();
+        assert_eq!(
+            container(&d)["readinessProbe"]["httpGet"],
+            json!({"path": "/healthz", "port": "health"})
+        );
+        assert_eq!(
+            d["spec"]["strategy"]["rollingUpdate"],
+            json!({"maxSurge": 1, "maxUnavailable": 0})
         );
         let d = deployment(&control(None, false), &opts()).unwrap();
         let c = container(&d).as_object().unwrap();

@@ -15,6 +15,11 @@ use crate::k8s::discovery::Resource;
 use crate::k8s::ops::{self, Target};
 use crate::k8s::session::Session;
 
+/// How long looking up an existing child may take.
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Tries of a Ready write that conflicts with someone else's.
+const CONDITION_ATTEMPTS: u32 = 3;
+
 /// The field manager of every child apply.
 pub const FIELD_MANAGER: &str = "starkite";
 
@@ -60,8 +65,58 @@ pub struct Context<'a> {
     pub watches: &'a Watches,
     /// The primary kind.
     pub primary: &'a Resource,
-    /// The namespace the controller watches (None: all); children live there too.
+    /// The namespace the controller watches (None: all); children live there too, and
+    /// are watched only there: that is where the generated RBAC lets them be watched.
     pub namespace: Option<&'a str>,
+}
+
+/// A child with this annotation set to "true" may take over an existing object of the
+/// same name that kite did not create.
+pub const ADOPT_ANNOTATION: &str = "starkite.io/adopt";
+
+/// The object a child would replace, from the children cache or, when it is not there
+/// (not created by kite, or the cache is still filling), from the API server.
+async fn existing(
+    ctx: &Context<'_>,
+    resource: &Resource,
+    child: &Json,
+) -> ops::Result<Option<std::sync::Arc<Json>>> {
+    let watched = ctx
+        .watches
+        .ensure(ctx.session, resource, Role::Children, ctx.namespace);
+    let key = super::control::informer::Key::of(child);
+    if let Some(cached) = key.as_ref().and_then(|k| watched.store.get(k)) {
+        return Ok(Some(cached));
+    }
+    let target = Target {
+        resource: resource.clone(),
+        namespace: child["metadata"]["namespace"].as_str().map(str::to_owned),
+    };
+    let name = child["metadata"]["name"].as_str().unwrap_or_default();
+    // A LIST by name, not a GET: `list` is what the generated RBAC grants for children.
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    let found = ops::with_timeout(LOOKUP_TIMEOUT, async {
+        Ok(target.api(ctx.session).list(&params).await?)
+    })
+    .await?;
+    Ok(found
+        .items
+        .into_iter()
+        .next()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .map(std::sync::Arc::new))
+}
+
+fn adopting(child: &Json) -> bool {
+    child["metadata"]["annotations"][ADOPT_ANNOTATION] == "true"
+}
+
+/// Whether kite made `obj` for this parent: it is in the parent's ApplySet, or owned by it.
+fn ours(obj: &Json, set_id: &str, parent_uid: &Json) -> bool {
+    obj["metadata"]["labels"][applyset::PART_OF_LABEL] == set_id
+        || obj["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|refs| refs.iter().any(|r| r["uid"] == *parent_uid))
 }
 
 fn display(obj: &Json) -> String {
@@ -151,6 +206,26 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
             }
             _ => {}
         }
+        if !child["metadata"].is_object() {
+            return Err(fail("metadata is not a mapping".into()));
+        }
+        let existing = existing(ctx, &resource, &child)
+            .await
+            .map_err(|source| Error::Apply {
+                index,
+                what: what.clone(),
+                source,
+            })?;
+        if let Some(existing) = existing
+            && !adopting(&child)
+            && !ours(&existing, &set_id, &meta["uid"])
+        {
+            return Err(fail(format!(
+                "an object with that name already exists and this controller did not create it \
+                 (no ownerReference to the parent); kite does not take over what it did not create: \
+                 delete or rename it, or set the annotation {ADOPT_ANNOTATION}: \"true\" on the child to adopt it"
+            )));
+        }
         let m = child["metadata"]
             .as_object_mut()
             .ok_or_else(|| fail("metadata is not a mapping".into()))?;
@@ -207,7 +282,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         let what = display(child);
         let watched = ctx
             .watches
-            .ensure(ctx.session, resource, Role::Children, None);
+            .ensure(ctx.session, resource, Role::Children, ctx.namespace);
         let ns = child["metadata"]["namespace"].as_str();
         let name = child["metadata"]["name"].as_str().unwrap_or_default();
         wanted.insert((
@@ -252,7 +327,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         };
         let watched = ctx
             .watches
-            .ensure(ctx.session, &resource, Role::Children, None);
+            .ensure(ctx.session, &resource, Role::Children, ctx.namespace);
         let candidates: Vec<Json> = if watched.store.is_synced() {
             watched
                 .store
@@ -326,9 +401,6 @@ pub async fn set_ready(
     ready: &condition::Ready,
 ) -> ops::Result<()> {
     let now = format!("{:.0}", k8s_openapi::jiff::Timestamp::now());
-    let Some(conditions) = condition::updated_conditions(parent, ready, &now) else {
-        return Ok(());
-    };
     let ns = parent["metadata"]["namespace"]
         .as_str()
         .filter(|_| ctx.primary.namespaced);
@@ -337,9 +409,29 @@ pub async fn set_ready(
         resource: ctx.primary.clone(),
         namespace: ns.map(str::to_owned),
     };
-    let body = kube::api::Patch::Merge(json!({"status": {"conditions": conditions}}));
     let subresource = ctx.primary.subresources.iter().any(|s| s == "status");
-    let updated = ops::patch(ctx.session, &target, name, &body, subresource).await?;
-    ctx.writes.record(&updated);
+    // The write carries the resourceVersion it was computed from: a condition someone
+    // else wrote meanwhile is never overwritten; on a conflict, read and decide again.
+    let mut current = std::borrow::Cow::Borrowed(parent);
+    for attempt in 1..=CONDITION_ATTEMPTS {
+        let Some(conditions) = condition::updated_conditions(&current, ready, &now) else {
+            return Ok(());
+        };
+        let mut body = json!({"status": {"conditions": conditions}});
+        if let Some(rv) = current["metadata"]["resourceVersion"].as_str() {
+            body["metadata"] = json!({ "resourceVersion": rv });
+        }
+        let patch = kube::api::Patch::Merge(body);
+        match ops::patch(ctx.session, &target, name, &patch, subresource).await {
+            Ok(updated) => {
+                ctx.writes.record(&updated);
+                return Ok(());
+            }
+            Err(e) if e.code() == Some(409) && attempt < CONDITION_ATTEMPTS => {
+                current = std::borrow::Cow::Owned(ops::get_of(ctx.session, &target, name).await?);
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
 }

@@ -2,19 +2,18 @@
 //! script's handlers, poll and resync timers, leader election, and a probe for health.
 //! Start it with [`Controller::start`]; stop it with [`Controller::shutdown`].
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use serde_json::Value as Json;
 use tokio::sync::watch;
 
 use super::handlers::Handlers;
-use super::informer::{self, Change, Key, Source, Store};
-use super::leader::{self, LeaderConfig};
-use super::metrics::Metrics;
+use super::informer::{self, Source, Store};
+use super::leader::{self, LeaderConfig, Validity};
+use super::metrics::{Metrics, Scrape, Series};
 use super::queue::{QueueConfig, WorkQueue};
+use super::shared::Shared;
 use super::spec::ControlSpec;
 use super::watches::{Role, Watches};
 use crate::k8s::ops::Target;
@@ -49,235 +48,13 @@ pub struct Config {
     pub handler_budget: Duration,
     /// Leader election settings, when `leader_election=True`.
     pub leader: Option<LeaderConfig>,
+    /// A lease held by whoever hosts this controller (the operator's): nothing is
+    /// written once it is no longer valid.
+    pub outer_lease: Option<Arc<Validity>>,
 }
 
-/// An item of work: a primary object to reconcile, or an object of a `watch_related`
-/// kind whose map function must run.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum WorkKey {
-    Primary(Key),
-    Related(usize, Key),
-}
-
-/// A watch event waiting to be delivered to the event-form handlers, in order.
-#[derive(Debug, Clone)]
-pub(super) enum EventItem {
-    Added(Arc<Json>),
-    Modified(Arc<Json>, Arc<Json>),
-    Deleted(Arc<Json>),
-}
-
-/// The work waiting for one key.
-#[derive(Debug, Default)]
-pub(super) struct Pending {
-    pub events: VecDeque<EventItem>,
-    /// Set when the level-triggered reconcile should run; the first trigger is kept for
-    /// the log line.
-    pub reconcile: Option<&'static str>,
-    /// Updates that may trigger the reconcile. Whether one is our own echo is decided by
-    /// the worker, because the watch event of our write can arrive before the write's
-    /// response has been recorded; the worker runs only after that key's previous
-    /// processing (and so its writes) finished.
-    pub updates: Vec<(Arc<Json>, Arc<Json>)>,
-}
-
-/// Per-key event backlog limit: a key that somehow never gets processed cannot grow
-/// without bound; the oldest events go first.
-const MAX_PENDING_EVENTS: usize = 1000;
-
-/// State shared by the informer callback, the timers and the workers.
-pub(super) struct Shared {
-    pub name: String,
-    pub spec: ControlSpec,
-    pub handlers: Handlers,
-    pub host: Arc<Host>,
-    pub session: Arc<Session>,
-    pub target: Target,
-    pub store: Arc<Store>,
-    pub queue: WorkQueue<WorkKey>,
-    pub pending: Mutex<HashMap<Key, Pending>>,
-    /// The latest state of related objects waiting for their map function.
-    pub related: Mutex<HashMap<(usize, Key), Arc<Json>>>,
-    /// Children, watch_owned and watch_related informers.
-    pub watches: Watches,
-    /// Primaries whose reconcile returned children: they get a Ready condition.
-    pub with_children: Mutex<HashSet<Key>>,
-    pub metrics: Metrics,
-    pub leading: watch::Receiver<bool>,
-    pub leader_election: bool,
-    /// Set on a hard stop: cancels handlers that are still running.
-    pub stop: Arc<AtomicBool>,
-    pub budget: Duration,
-}
-
-impl Shared {
-    /// Handlers that see each watch event (the pod logger's form).
-    pub fn wants_events(&self) -> bool {
-        self.spec.reconcile_arity == Some(2)
-            || self.handlers.on_create.is_some()
-            || self.handlers.on_update.is_some()
-            || self.handlers.on_delete.is_some()
-    }
-
-    /// Handlers that run on the object's current state (level-triggered).
-    pub fn wants_level(&self) -> bool {
-        self.handlers.reconcile.is_some() || self.handlers.finalize.is_some()
-    }
-
-    pub(super) fn is_leading(&self) -> bool {
-        !self.leader_election || *self.leading.borrow()
-    }
-
-    /// An informer change of the primary kind.
-    fn on_change(&self, change: Change) {
-        let Some(key) = Key::of(change.object()) else {
-            return;
-        };
-        let wants_events = self.wants_events();
-        let wants_level = self.wants_level();
-        let level = match &change {
-            Change::Added(_) if wants_level => Some("add"),
-            _ => None,
-        };
-        let update = match &change {
-            Change::Modified { old, new } if wants_level && !self.ignorable(old, new) => {
-                Some((old.clone(), new.clone()))
-            }
-            _ => None,
-        };
-        if !wants_events && level.is_none() && update.is_none() {
-            return;
-        }
-        {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            let p = pending.entry(key.clone()).or_default();
-            if wants_events {
-                if p.events.len() >= MAX_PENDING_EVENTS {
-                    p.events.pop_front();
-                    tracing::warn!(controller = %self.name, key = %key, "event backlog full; dropping the oldest event");
-                }
-                p.events.push_back(match change {
-                    Change::Added(o) => EventItem::Added(o),
-                    Change::Modified { old, new } => EventItem::Modified(old, new),
-                    Change::Deleted(o) => EventItem::Deleted(o),
-                });
-            }
-            if let Some(t) = level {
-                p.reconcile.get_or_insert(t);
-            }
-            if let Some(u) = update {
-                if p.updates.len() >= MAX_PENDING_EVENTS {
-                    // Too many to judge one by one: reconcile to be safe.
-                    p.reconcile.get_or_insert("update");
-                    p.updates.clear();
-                }
-                p.updates.push(u);
-            }
-        }
-        self.queue.add(WorkKey::Primary(key));
-    }
-
-    /// A change the level-triggered reconcile need not see: with
-    /// `generation_changed`, a status- or metadata-only update of an object that has a
-    /// generation (unless it starts the object's deletion).
-    fn ignorable(&self, old: &Json, new: &Json) -> bool {
-        let same_generation = generation(old).is_some() && generation(old) == generation(new);
-        let deleting = new["metadata"]["deletionTimestamp"].is_string()
-            && !old["metadata"]["deletionTimestamp"].is_string();
-        self.spec.generation_changed && same_generation && !deleting
-    }
-
-    /// An event of a secondary informer.
-    fn on_secondary(&self, role: Role, change: Change) {
-        let obj = change.object().clone();
-        let Some(key) = Key::of(&obj) else { return };
-        match role {
-            Role::Related(i) => {
-                self.related
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert((i, key.clone()), obj);
-                self.queue.add(WorkKey::Related(i, key));
-            }
-            Role::Children | Role::Owned => {
-                // Our own apply coming back is not news; anyone else's change is.
-                if !matches!(change, Change::Deleted(_)) && self.host.writes.is_echo(&obj) {
-                    return;
-                }
-                let ar = &self.target.resource.api_resource;
-                let group_of = |api_version: &str| {
-                    api_version
-                        .split_once('/')
-                        .map(|(g, _)| g.to_owned())
-                        .unwrap_or_default()
-                };
-                for owner in obj["metadata"]["ownerReferences"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                {
-                    if owner["kind"] != ar.kind.as_str()
-                        || group_of(owner["apiVersion"].as_str().unwrap_or_default()) != ar.group
-                    {
-                        continue;
-                    }
-                    let Some(name) = owner["name"].as_str() else {
-                        continue;
-                    };
-                    let namespace = if self.target.resource.namespaced {
-                        key.namespace.clone()
-                    } else {
-                        String::new()
-                    };
-                    let parent = Key {
-                        namespace,
-                        name: name.to_owned(),
-                    };
-                    let trigger = if role == Role::Owned {
-                        "owned"
-                    } else {
-                        "child"
-                    };
-                    self.pending
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .entry(parent.clone())
-                        .or_default()
-                        .reconcile
-                        .get_or_insert(trigger);
-                    self.queue.add(WorkKey::Primary(parent));
-                }
-            }
-        }
-    }
-
-    /// Poll and resync: requeue every cached object.
-    fn requeue_all(&self, trigger: &'static str, as_events: bool) {
-        // A resync re-delivers MODIFIED events, which already reach the two-argument
-        // reconcile; a poll asks for the level reconcile, which reaches both forms.
-        let events = as_events && self.wants_events();
-        let level = self.wants_level() || (!events && self.spec.reconcile_arity == Some(2));
-        for obj in self.store.objects() {
-            let Some(key) = Key::of(&obj) else { continue };
-            {
-                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                let p = pending.entry(key.clone()).or_default();
-                if events && p.events.len() < MAX_PENDING_EVENTS {
-                    p.events
-                        .push_back(EventItem::Modified(obj.clone(), obj.clone()));
-                }
-                if level {
-                    p.reconcile.get_or_insert(trigger);
-                }
-            }
-            self.queue.add(WorkKey::Primary(key));
-        }
-    }
-}
-
-fn generation(obj: &Json) -> Option<i64> {
-    obj["metadata"]["generation"].as_i64()
-}
+/// How long cancelled handlers get to unwind before the lease is released.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// A started controller.
 pub struct Controller {
@@ -301,6 +78,7 @@ impl Controller {
             session,
             handler_budget,
             leader,
+            outer_lease,
         } = config;
         let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
         let target = Target::resolve(&session, &spec.kind, Some(&ns))
@@ -320,6 +98,7 @@ impl Controller {
         }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (leading_tx, leading_rx) = watch::channel(leader.is_none());
+        let own_lease = Validity::new();
         let queue = WorkQueue::new(QueueConfig {
             base_backoff: spec.backoff,
             ..QueueConfig::default()
@@ -349,9 +128,12 @@ impl Controller {
             leader_election: leader.is_some(),
             store: Arc::new(Store::default()),
             pending: Mutex::default(),
-            metrics: Metrics::new(),
+            metrics: Arc::new(Metrics::new()),
             leading: leading_rx,
             stop: Arc::new(AtomicBool::new(false)),
+            term: Mutex::new(Arc::new(AtomicBool::new(false))),
+            lease: leader.as_ref().map(|_| own_lease.clone()),
+            outer_lease,
             budget: handler_budget,
             queue,
             target,
@@ -399,6 +181,7 @@ impl Controller {
                 client,
                 cfg,
                 leading_tx,
+                own_lease,
                 async move {
                     let _ = rx.wait_for(|s| *s).await;
                 },
@@ -416,9 +199,13 @@ impl Controller {
                     let now_leading = *leading.borrow();
                     if now_leading {
                         tracing::info!(controller = %s.name, "became the leader");
+                        s.new_term();
                         s.requeue_all("leader", false);
                     } else {
-                        tracing::warn!(controller = %s.name, "lost leadership; reconciling stops");
+                        // What runs stops now: the standby may take over once the
+                        // lease expires.
+                        s.end_term();
+                        tracing::warn!(controller = %s.name, "lost leadership; in-flight handlers cancelled, reconciling stops");
                     }
                 }
             }));
@@ -486,13 +273,10 @@ impl Controller {
         )
     }
 
-    /// Appends this controller's metric series, with extra labels (e.g. the operator's
-    /// `starlarkcontroller`), to `out`; the caller writes the headers once.
-    pub fn render_metrics(&self, extra_labels: &[(&str, &str)], out: &mut String) {
-        self.shared.metrics.set_queue_depth(self.shared.queue.len());
-        self.shared
-            .metrics
-            .render(&self.shared.name, extra_labels, out);
+    /// The controller's series for a [`Scrape`], with `extra` labels; current (the
+    /// queue depth is read now).
+    pub fn series(&self, extra: Vec<(&'static str, String)>) -> Series {
+        self.shared.series(extra)
     }
 
     /// The latest reconcile time and handler error.
@@ -515,14 +299,30 @@ impl Controller {
             tasks,
         } = self;
         shared.queue.shut_down();
-        let joined = tokio::task::spawn_blocking(move || {
+        let mut joined = tokio::task::spawn_blocking(move || {
             for w in workers {
                 let _ = w.join();
             }
         });
-        if tokio::time::timeout(grace, joined).await.is_err() {
+        let mut stopped = tokio::time::timeout(grace, &mut joined).await.is_ok();
+        if !stopped {
             tracing::warn!(controller = %shared.name, "handlers still running after {grace:?}; cancelling them");
             shared.stop.store(true, Ordering::Relaxed);
+            shared.end_term();
+            stopped = tokio::time::timeout(CANCEL_WAIT, &mut joined).await.is_ok();
+        }
+        // The lease is released only once nothing of ours can still write; otherwise it
+        // is left to expire, and the standby waits for that.
+        if stopped {
+            tracing::info!(controller = %shared.name, "workers stopped");
+        } else {
+            tracing::error!(controller = %shared.name, "workers did not stop; not releasing the lease");
+            if let Some(l) = &shared.lease {
+                l.end();
+            }
+            for t in &tasks {
+                t.abort();
+            }
         }
         let _ = shutdown_tx.send(true);
         for t in tasks.into_iter().chain(shared.watches.take_tasks()) {
@@ -590,10 +390,8 @@ impl crate::http::Probe for ControllerProbe {
     }
 
     fn metrics(&self) -> String {
-        let mut out = String::new();
-        Metrics::render_headers(&mut out);
-        self.0.metrics.set_queue_depth(self.0.queue.len());
-        self.0.metrics.render(&self.0.name, &[], &mut out);
-        out
+        let mut scrape = Scrape::new();
+        scrape.controllers(vec![self.0.series(Vec::new())]);
+        scrape.render()
     }
 }

@@ -2,7 +2,6 @@
 //! thread: a fresh temporary heap and evaluator per call, a time budget enforced by the
 //! evaluator's cancel hook, and the return value decoded.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -14,7 +13,7 @@ use starlark::values::list::{AllocList, ListRef};
 use starlark::values::{Heap, OwnedFrozenValue, Value};
 
 use super::spec::HandlerValues;
-use crate::script::budget::{self, Budget};
+use crate::script::budget::{self, Budget, Cancel};
 use crate::script::host::Host;
 use crate::script::json::{from_starlark, to_starlark};
 
@@ -31,7 +30,7 @@ pub enum Error {
     #[error("{0}")]
     BadReturn(String),
     /// The handler was cancelled because its controller is stopping.
-    #[error("handler cancelled: the controller is stopping")]
+    #[error("handler cancelled: the controller is stopping, or lost its leader-election lease")]
     Stopped,
     /// The handler allocated more than its memory limit in one step (`at` is the
     /// handler's definition: the allocation itself has no position to report).
@@ -103,6 +102,22 @@ pub fn stash<'v>(module: &Module<'v>, heap: Heap<'v>, h: &HandlerValues<'v>) {
 }
 
 impl Handlers {
+    /// The handlers of a script whose top level called `k8s.control(...)`, with where
+    /// each of its functions is defined.
+    ///
+    /// # Errors
+    /// The module holds no handlers (the message, rendered as a script error, says that
+    /// `k8s.control()` cannot start a controller from where it was called).
+    pub fn of_script(
+        module: FrozenModule,
+        positions: std::collections::HashMap<String, String>,
+    ) -> std::result::Result<Self, String> {
+        let mut handlers = Self::from_module(module)
+            .ok_or_else(|| format!("error: {}", crate::k8s::module::CONTROL_STARTED))?;
+        handlers.positions = positions;
+        Ok(handlers)
+    }
+
     /// Takes the handlers back out of a frozen module that [`stash`] prepared.
     pub fn from_module(module: FrozenModule) -> Option<Self> {
         let extra = module.owned_extra_value()?;
@@ -199,7 +214,7 @@ pub fn call<T>(
     f: &OwnedFrozenValue,
     args: &[Arg],
     budget: Duration,
-    stop: &Arc<AtomicBool>,
+    stop: &Cancel,
     decode: impl for<'v> FnOnce(Value<'v>) -> Result<T>,
 ) -> Result<T> {
     let deadline = Instant::now() + budget;
@@ -226,7 +241,7 @@ pub fn call<T>(
                     over_memory.store(true, Ordering::Relaxed);
                     return true;
                 }
-                late || stop.load(Ordering::Relaxed)
+                late || stop.is_set()
             }));
             module.frozen_heap().add_reference(f.owner());
             // SAFETY: the module's frozen heap now references `f`'s heap, so the frozen
@@ -251,7 +266,7 @@ pub fn call<T>(
                     budget: crate::duration::format(budget),
                     at: crate::script::run::position(&e.to_string()),
                 }),
-                Err(_) if stop.load(Ordering::Relaxed) => Err(Error::Stopped),
+                Err(_) if stop.is_set() => Err(Error::Stopped),
                 Err(e) => Err(Error::Raised(e.to_string())),
             }
         })

@@ -1,6 +1,7 @@
 //! An informer: list+watch of one kind into a cache, turned into ADDED / MODIFIED /
-//! DELETED changes. It re-lists after 410 Gone and after any API server restart, and
-//! diffs the new list against the cache so no change is lost or invented.
+//! DELETED changes. It resumes watches from the last resourceVersion (bookmarks keep
+//! it current), re-lists only after 410 Gone, and diffs the new list against the cache
+//! so no change is lost or invented.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -9,19 +10,22 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::discovery::ApiResource;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
 use serde_json::Value as Json;
 use tokio::sync::watch;
 
-/// Longer than the server-side watch timeout plus a bookmark interval: a watch that is
-/// silent this long is assumed dead (a half-open connection) and is restarted.
-pub const IDLE_DEADLINE: Duration = Duration::from_secs(300);
-/// Below the API server's 240 s limit on client-requested watch timeouts... and well
-/// below kube's own default of 290 s, so proxies do not cut the watch first.
-pub const WATCH_TIMEOUT_SECS: u32 = 230;
+/// A watch that has sent nothing this long (not an event, not a bookmark, not the end
+/// the server sends at [`WATCH_TIMEOUT_SECS`]) is on a dead connection (half-open: no
+/// FIN ever comes) and is resumed on a new one.
+pub const IDLE_DEADLINE: Duration = Duration::from_secs(20);
+pub use crate::k8s::session::WATCH_TIMEOUT_SECS;
+/// One list page.
+const LIST_PAGE: u32 = 500;
+/// One list page.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Starting a watch (a pooled connection may be dead too).
+const WATCH_START_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The cache key of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -189,6 +193,12 @@ fn to_json(obj: DynamicObject, ar: &ApiResource) -> Option<Json> {
 /// Runs the informer until `shutdown` turns true, calling `on_change` for each change
 /// and `on_restart` when the watch had to be restarted (both on the async runtime: they
 /// must not block).
+///
+/// Lists (in pages) once, then watches from the list's resourceVersion with bookmarks.
+/// A watch the server ends (its timeout) or that goes silent (a half-open connection)
+/// is resumed from the last resourceVersion seen, so a quiet kind is never listed
+/// again; only 410 Gone (the version was compacted away) lists again, and the new list
+/// is diffed against the cache so no change is lost or invented.
 pub async fn run(
     source: Source,
     store: Arc<Store>,
@@ -196,19 +206,68 @@ pub async fn run(
     on_restart: impl Fn() + Send + Sync + 'static,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut config = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
-    if let Some(l) = &source.labels {
-        config = config.labels(l);
-    }
-    if let Some(f) = &source.fields {
-        config = config.fields(f);
-    }
     store.touch();
+    let mut backoff = Backoff::default();
+    // None: the cache must be (re)listed before watching.
+    let mut version: Option<String> = None;
     loop {
-        let mut stream = watcher::watcher(source.api.clone(), config.clone())
-            .default_backoff()
-            .boxed();
-        let mut listing: Option<HashSet<Key>> = None;
+        let Some(from) = version.clone() else {
+            let listed = tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => return,
+                listed = list(&source, &store, &on_change) => listed,
+            };
+            match listed {
+                Ok(v) => {
+                    version = Some(v);
+                    backoff.reset();
+                }
+                Err(e) => {
+                    on_restart();
+                    tracing::warn!(kind = %source.resource.kind, error = %e, "list failed; retrying with backoff");
+                    if pause(&mut shutdown, backoff.next()).await {
+                        return;
+                    }
+                }
+            }
+            continue;
+        };
+        let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+        if let Some(l) = &source.labels {
+            params = params.labels(l);
+        }
+        if let Some(f) = &source.fields {
+            params = params.fields(f);
+        }
+        let started = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            started = tokio::time::timeout(WATCH_START_TIMEOUT, source.api.watch(&params, &from)) => started,
+        };
+        let mut stream = match started {
+            Ok(Ok(stream)) => stream.boxed(),
+            Ok(Err(e)) if is_gone(&e) => {
+                version = None;
+                continue;
+            }
+            Ok(Err(e)) => {
+                on_restart();
+                tracing::warn!(kind = %source.resource.kind, error = %e, "watch failed; retrying with backoff");
+                if pause(&mut shutdown, backoff.next()).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => {
+                on_restart();
+                tracing::warn!(kind = %source.resource.kind, "starting the watch timed out; retrying");
+                if pause(&mut shutdown, backoff.next()).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        store.touch();
+        let opened = std::time::Instant::now();
+        let mut events = 0u64;
         loop {
             let next = tokio::select! {
                 _ = shutdown.wait_for(|stop| *stop) => return,
@@ -216,50 +275,55 @@ pub async fn run(
             };
             let event = match next {
                 Err(_) => {
-                    tracing::warn!(kind = %source.resource.kind, "watch idle for {IDLE_DEADLINE:?}; restarting it");
+                    // Past the server's own timeout without a byte: the connection is
+                    // dead. Resume from where we were.
+                    on_restart();
+                    tracing::warn!(kind = %source.resource.kind, "watch silent for {IDLE_DEADLINE:?}; resuming it");
                     break;
                 }
-                Ok(None) => break,
+                // The server ended the watch (its timeout): resume. One that ends at
+                // once, again and again, is retried with backoff, not in a tight loop.
+                Ok(None) => {
+                    if events == 0
+                        && opened.elapsed() < Duration::from_secs(1)
+                        && pause(&mut shutdown, backoff.next()).await
+                    {
+                        return;
+                    }
+                    break;
+                }
                 Ok(Some(Err(e))) => {
-                    // The watcher backs off and resumes (re-listing on 410) by itself.
-                    on_restart();
-                    tracing::warn!(kind = %source.resource.kind, error = %e, "watch error; retrying with backoff");
-                    continue;
+                    if is_gone(&e) {
+                        version = None;
+                    } else {
+                        on_restart();
+                        tracing::warn!(kind = %source.resource.kind, error = %e, "watch error; resuming with backoff");
+                        if pause(&mut shutdown, backoff.next()).await {
+                            return;
+                        }
+                    }
+                    break;
                 }
                 Ok(Some(Ok(event))) => event,
             };
             store.touch();
+            backoff.reset();
+            events += 1;
             match event {
-                Event::Init => listing = Some(HashSet::new()),
-                Event::InitApply(obj) => {
-                    let Some(json) = to_json(obj, &source.resource) else {
-                        continue;
-                    };
-                    if let (Some(seen), Some(key)) = (listing.as_mut(), Key::of(&json)) {
-                        seen.insert(key);
+                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                    if let Some(v) = obj.metadata.resource_version.clone() {
+                        version = Some(v);
                     }
-                    if let Some(change) = store.upsert(json) {
-                        on_change(change);
-                    }
-                }
-                Event::InitDone => {
-                    // Whatever the new list lacks was deleted while we were not watching.
-                    let seen = listing.take().unwrap_or_default();
-                    for key in store.keys().into_iter().filter(|k| !seen.contains(k)) {
-                        if let Some(change) = store.remove(&key, None) {
-                            on_change(change);
-                        }
-                    }
-                    store.synced.store(true, Ordering::Release);
-                }
-                Event::Apply(obj) => {
                     if let Some(change) =
                         to_json(obj, &source.resource).and_then(|j| store.upsert(j))
                     {
                         on_change(change);
                     }
                 }
-                Event::Delete(obj) => {
+                WatchEvent::Deleted(obj) => {
+                    if let Some(v) = obj.metadata.resource_version.clone() {
+                        version = Some(v);
+                    }
                     let Some(json) = to_json(obj, &source.resource) else {
                         continue;
                     };
@@ -268,9 +332,109 @@ pub async fn run(
                         on_change(change);
                     }
                 }
+                WatchEvent::Bookmark(b) => version = Some(b.metadata.resource_version),
+                WatchEvent::Error(status) => {
+                    if status.code == 410 {
+                        version = None;
+                    } else {
+                        on_restart();
+                        tracing::warn!(kind = %source.resource.kind, error = %status.message, "watch error; resuming with backoff");
+                        if pause(&mut shutdown, backoff.next()).await {
+                            return;
+                        }
+                    }
+                    break;
+                }
             }
         }
-        on_restart();
+    }
+}
+
+/// Lists every object in pages into the cache; what the list lacks was deleted while we
+/// were not watching. Returns the list's resourceVersion, to watch from.
+async fn list(
+    source: &Source,
+    store: &Store,
+    on_change: &(impl Fn(Change) + Send + Sync),
+) -> kube::Result<String> {
+    let mut params = ListParams::default().limit(LIST_PAGE);
+    if let Some(l) = &source.labels {
+        params = params.labels(l);
+    }
+    if let Some(f) = &source.fields {
+        params = params.fields(f);
+    }
+    let mut seen = HashSet::new();
+    let version = loop {
+        let page = tokio::time::timeout(CALL_TIMEOUT, source.api.list(&params))
+            .await
+            .map_err(|_| kube::Error::Service("listing timed out".into()))??;
+        for obj in page.items {
+            let Some(json) = to_json(obj, &source.resource) else {
+                continue;
+            };
+            if let Some(key) = Key::of(&json) {
+                seen.insert(key);
+            }
+            if let Some(change) = store.upsert(json) {
+                on_change(change);
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params.continue_token = Some(token),
+            None => break page.metadata.resource_version.unwrap_or_default(),
+        }
+    };
+    for key in store.keys().into_iter().filter(|k| !seen.contains(k)) {
+        if let Some(change) = store.remove(&key, None) {
+            on_change(change);
+        }
+    }
+    store.synced.store(true, Ordering::Release);
+    Ok(version)
+}
+
+fn is_gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 410)
+}
+
+/// Waits `delay` unless shutdown comes first (then true).
+async fn pause(shutdown: &mut watch::Receiver<bool>, delay: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.wait_for(|stop| *stop) => true,
+        _ = tokio::time::sleep(delay) => false,
+    }
+}
+
+/// Exponential backoff with jitter, from 200 ms to 30 s (as kube's default watcher
+/// backoff), reset by any successful event.
+#[derive(Debug)]
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(200))
+    }
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(30));
+        let jitter = 0.8
+            + 0.4
+                * f64::from(
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map(|d| d.subsec_nanos() % 1000)
+                        .unwrap_or(0),
+                )
+                / 1000.0;
+        now.mul_f64(jitter)
+    }
+
+    fn reset(&mut self) {
+        self.0 = Duration::from_millis(200);
     }
 }
 

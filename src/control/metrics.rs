@@ -1,24 +1,23 @@
-//! Per-controller reconcile metrics, rendered in the Prometheus text exposition format.
+//! Per-controller reconcile metrics, encoded by `prometheus-client` in the Prometheus
+//! text format (version 0.0.4).
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of what [`Scrape::render`] returns.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Upper bounds (seconds) of the reconcile duration histogram buckets.
 const BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
-
-/// Name, type and help of each metric, in rendering order ([`Metrics::render_family`]
-/// matches on the index).
-#[rustfmt::skip]
-const FAMILIES: [(&str, &str, &str); 6] = [
-    ("kite_reconcile_total", "counter", "Reconciliations, by outcome."),
-    ("kite_reconcile_errors_total", "counter", "Reconciliations that failed."),
-    ("kite_reconcile_duration_seconds", "histogram", "Time spent in reconcile handlers."),
-    ("kite_workqueue_depth", "gauge", "Keys waiting in the work queue."),
-    ("kite_workqueue_retries_total", "counter", "Keys requeued after an error, with backoff."),
-    ("kite_watch_restarts_total", "counter", "Watches restarted after an error or expiry."),
 ];
 
 /// How one reconciliation ended.
@@ -45,21 +44,30 @@ impl Outcome {
 }
 
 /// One controller's metrics. Each controller owns one, so several controllers in one
-/// process keep separate counts; updates are lock-free.
-#[derive(Debug, Default)]
+/// process keep separate counts; a scrape labels each with its controller.
+#[derive(Debug)]
 pub struct Metrics {
     /// Indexed like [`Outcome::ALL`].
-    outcomes: [AtomicU64; 3],
-    /// Non-cumulative counts per bucket; the extra last slot is +Inf. Keeping `_count` as
-    /// the sum of the slots (rather than a separate counter) keeps a concurrent render
-    /// consistent: the +Inf bucket always equals `_count`.
-    buckets: [AtomicU64; BUCKETS.len() + 1],
-    duration_sum_nanos: AtomicU64,
-    retries: AtomicU64,
-    watch_restarts: AtomicU64,
-    queue_depth: AtomicU64,
+    outcomes: [Counter; 3],
+    duration: Histogram,
+    retries: Counter,
+    watch_restarts: Counter,
+    queue_depth: Gauge,
     /// The latest reconcile's end and the latest handler error, for the operator's status.
     latest: std::sync::Mutex<Latest>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            outcomes: Default::default(),
+            duration: Histogram::new(BUCKETS),
+            retries: Counter::default(),
+            watch_restarts: Counter::default(),
+            queue_depth: Gauge::default(),
+            latest: std::sync::Mutex::default(),
+        }
+    }
 }
 
 /// What the operator shows about a controller's most recent work.
@@ -79,21 +87,11 @@ impl Metrics {
 
     /// Counts one reconciliation and observes how long it took.
     pub fn record_reconcile(&self, outcome: Outcome, duration: Duration) {
-        self.outcomes[outcome as usize].fetch_add(1, Relaxed);
+        self.outcomes[outcome as usize].inc();
         if let Ok(mut l) = self.latest.lock() {
             l.reconcile = Some(std::time::SystemTime::now());
         }
-        let secs = duration.as_secs_f64();
-        let slot = BUCKETS
-            .iter()
-            .position(|&le| secs <= le)
-            .unwrap_or(BUCKETS.len());
-        self.buckets[slot].fetch_add(1, Relaxed);
-        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
-        // Saturating: wrapping would make the sum go backwards (u64 nanos last 584 years).
-        let _ = self
-            .duration_sum_nanos
-            .fetch_update(Relaxed, Relaxed, |sum| Some(sum.saturating_add(nanos)));
+        self.duration.observe(duration.as_secs_f64());
     }
 
     /// Remembers the latest handler error.
@@ -110,139 +108,150 @@ impl Metrics {
 
     /// Counts a key requeued after an error.
     pub fn record_retry(&self) {
-        self.retries.fetch_add(1, Relaxed);
+        self.retries.inc();
     }
 
     /// Counts a watch restarted after an error or expiry.
     pub fn record_watch_restart(&self) {
-        self.watch_restarts.fetch_add(1, Relaxed);
+        self.watch_restarts.inc();
     }
 
     /// Sets the number of keys waiting in the work queue.
     pub fn set_queue_depth(&self, depth: usize) {
         self.queue_depth
-            .store(u64::try_from(depth).unwrap_or(u64::MAX), Relaxed);
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
     /// Reconciliations so far, whatever their outcome.
     #[must_use]
     pub fn reconciles(&self) -> u64 {
-        self.outcomes.iter().map(|n| n.load(Relaxed)).sum()
+        self.outcomes.iter().map(Counter::get).sum()
     }
 
     /// Reconciliations that ended in [`Outcome::Error`].
     #[must_use]
     pub fn errors(&self) -> u64 {
-        self.outcomes[Outcome::Error as usize].load(Relaxed)
+        self.outcomes[Outcome::Error as usize].get()
+    }
+}
+
+/// One controller in a scrape: `controller="<name>"` plus `extra` labels (e.g. the
+/// operator's `starlarkcontroller`), and its metrics.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub controller: String,
+    pub extra: Vec<(&'static str, String)>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// One `/metrics` response: process-level gauges and any number of controllers.
+#[derive(Debug, Default)]
+pub struct Scrape {
+    registry: Registry,
+}
+
+impl Scrape {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Appends Prometheus text for this controller with the label `controller="<name>"`
-    /// plus `extra_labels` (label values escaped; names must be valid label names and
-    /// not `controller`, `outcome` or `le`). No HELP/TYPE lines: see
-    /// [`Metrics::render_headers`], or [`Metrics::render_all`] which also keeps each
-    /// metric's lines together as the exposition format asks.
-    pub fn render(&self, controller: &str, extra_labels: &[(&str, &str)], out: &mut String) {
-        let labels = labels(controller, extra_labels);
-        for family in 0..FAMILIES.len() {
-            self.render_family(family, &labels, out);
+    /// Adds an unlabelled gauge (e.g. `kite_operator_leader`).
+    pub fn gauge(&mut self, name: &str, help: &str, value: i64) {
+        let g: Gauge = Gauge::default();
+        g.set(value);
+        self.registry.register(name, help, g);
+    }
+
+    /// Adds the controllers' series, each metric's samples together under its one
+    /// HELP/TYPE header.
+    pub fn controllers(&mut self, series: Vec<Series>) {
+        self.registry
+            .register_collector(Box::new(Controllers(series)));
+    }
+
+    /// The exposition, in the Prometheus text format ([`CONTENT_TYPE`]).
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String only fails if a collector fails; ours do not.
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        {
+            tracing::warn!(error = %e, "encoding metrics");
         }
+        out
     }
+}
 
-    /// HELP/TYPE header lines for every metric: write them once per scrape, before the
-    /// [`Metrics::render`] output of each controller.
-    pub fn render_headers(out: &mut String) {
-        for family in 0..FAMILIES.len() {
-            header(family, out);
+#[derive(Debug)]
+struct Controllers(Vec<Series>);
+
+impl Controllers {
+    /// Writes one family: its header, then `sample` for every controller with its labels.
+    fn family(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        (name, help, kind): (&str, &str, MetricType),
+        sample: impl Fn(
+            &Metrics,
+            &[(&str, &str)],
+            &mut prometheus_client::encoding::MetricEncoder,
+        ) -> std::fmt::Result,
+    ) -> std::fmt::Result {
+        let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+        for s in &self.0 {
+            let mut labels = vec![("controller", s.controller.as_str())];
+            labels.extend(s.extra.iter().map(|(k, v)| (*k, v.as_str())));
+            sample(&s.metrics, &labels, &mut family)?;
         }
+        Ok(())
     }
+}
 
-    /// Renders several controllers as one exposition: each metric's HELP/TYPE lines
-    /// once, followed by that metric's samples for every controller.
-    pub fn render_all(
-        controllers: &[(&str, &Self)],
-        extra_labels: &[(&str, &str)],
-        out: &mut String,
-    ) {
-        let labels: Vec<String> = controllers
-            .iter()
-            .map(|(name, _)| labels(name, extra_labels))
-            .collect();
-        for family in 0..FAMILIES.len() {
-            header(family, out);
-            for ((_, metrics), labels) in controllers.iter().zip(&labels) {
-                metrics.render_family(family, labels, out);
+impl Collector for Controllers {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        use MetricType::{Counter as C, Gauge as G, Histogram as H};
+        let reconciles = ("kite_reconcile", "Reconciliations, by outcome", C);
+        self.family(&mut encoder, reconciles, |m, labels, family| {
+            for outcome in Outcome::ALL {
+                let set = (labels, [("outcome", outcome.label())]);
+                m.outcomes[outcome as usize].encode(family.encode_family(&set)?)?;
             }
-        }
-    }
-
-    /// Writes the samples of `FAMILIES[family]`; `labels` is the escaped label list.
-    fn render_family(&self, family: usize, labels: &str, out: &mut String) {
-        let name = FAMILIES[family].0;
-        // Writing to a String cannot fail: the fmt::Results are ignored.
-        let value = match family {
-            0 => {
-                for outcome in Outcome::ALL {
-                    let n = self.outcomes[outcome as usize].load(Relaxed);
-                    let label = outcome.label();
-                    let _ = writeln!(out, "{name}{{{labels},outcome=\"{label}\"}} {n}");
-                }
-                return;
-            }
-            2 => return self.render_histogram(name, labels, out),
-            1 => self.errors(),
-            3 => self.queue_depth.load(Relaxed),
-            4 => self.retries.load(Relaxed),
-            _ => self.watch_restarts.load(Relaxed),
-        };
-        let _ = writeln!(out, "{name}{{{labels}}} {value}");
-    }
-
-    fn render_histogram(&self, name: &str, labels: &str, out: &mut String) {
-        let mut cumulative = 0;
-        for (slot, count) in self.buckets.iter().enumerate() {
-            cumulative += count.load(Relaxed);
-            let le = BUCKETS
-                .get(slot)
-                .map_or_else(|| "+Inf".to_owned(), f64::to_string);
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-        }
-        // u64 nanoseconds to f64 seconds: exact below 2^53 ns (104 days), close beyond.
-        #[allow(clippy::cast_precision_loss)]
-        let sum = self.duration_sum_nanos.load(Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
-    }
-}
-
-fn header(family: usize, out: &mut String) {
-    let (name, kind, help) = FAMILIES[family];
-    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
-}
-
-/// `controller="<name>",k="v",...` with values escaped.
-fn labels(controller: &str, extra: &[(&str, &str)]) -> String {
-    let mut out = String::from("controller=\"");
-    escape_into(controller, &mut out);
-    out.push('"');
-    for (name, value) in extra {
-        out.push(',');
-        out.push_str(name);
-        out.push_str("=\"");
-        escape_into(value, &mut out);
-        out.push('"');
-    }
-    out
-}
-
-/// Label-value escaping per the text exposition format: `\`, `"` and newline.
-fn escape_into(value: &str, out: &mut String) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+            Ok(())
+        })?;
+        let errors = ("kite_reconcile_errors", "Reconciliations that failed", C);
+        self.family(&mut encoder, errors, |m, labels, family| {
+            ConstCounter::new(m.errors()).encode(family.encode_family(&labels)?)
+        })?;
+        let duration = (
+            "kite_reconcile_duration_seconds",
+            "Time spent in reconcile handlers",
+            H,
+        );
+        self.family(&mut encoder, duration, |m, labels, family| {
+            m.duration.encode(family.encode_family(&labels)?)
+        })?;
+        let depth = ("kite_workqueue_depth", "Keys waiting in the work queue", G);
+        self.family(&mut encoder, depth, |m, labels, family| {
+            m.queue_depth.encode(family.encode_family(&labels)?)
+        })?;
+        let retries = (
+            "kite_workqueue_retries",
+            "Keys requeued after an error, with backoff",
+            C,
+        );
+        self.family(&mut encoder, retries, |m, labels, family| {
+            m.retries.encode(family.encode_family(&labels)?)
+        })?;
+        let restarts = (
+            "kite_watch_restarts",
+            "Watches restarted after an error or expiry",
+            C,
+        );
+        self.family(&mut encoder, restarts, |m, labels, family| {
+            m.watch_restarts.encode(family.encode_family(&labels)?)
+        })
     }
 }
 
@@ -259,9 +268,23 @@ mod tests {
         line.unwrap_or_else(|| panic!("no {prefix} in\n{text}"))[prefix.len()..].trim()
     }
 
+    fn one(name: &str, extra: Vec<(&'static str, String)>, m: &Arc<Metrics>) -> Series {
+        Series {
+            controller: name.to_owned(),
+            extra,
+            metrics: m.clone(),
+        }
+    }
+
+    fn render(series: Vec<Series>) -> String {
+        let mut scrape = Scrape::new();
+        scrape.controllers(series);
+        scrape.render()
+    }
+
     #[test]
     fn counts_and_cumulative_buckets() {
-        let m = Metrics::new();
+        let m = Arc::new(Metrics::new());
         m.record_reconcile(Outcome::Success, ms(3)); // 0.005
         m.record_reconcile(Outcome::Success, ms(5)); // 0.005: bounds are inclusive
         m.record_reconcile(Outcome::Requeue, ms(70)); // 0.1
@@ -273,14 +296,14 @@ mod tests {
         m.set_queue_depth(7);
         assert_eq!((m.reconciles(), m.errors()), (5, 2));
 
-        let mut out = String::new();
-        m.render("web", &[], &mut out);
+        let out = render(vec![one("web", Vec::new(), &m)]);
         let c = "{controller=\"web\"";
         let get = |metric: &str| sample(&out, &format!("{metric}{c}")).to_owned();
-        assert_eq!(
-            get("kite_reconcile_total").as_str(),
-            ",outcome=\"success\"} 2"
+        let success = sample(
+            &out,
+            "kite_reconcile_total{controller=\"web\",outcome=\"success\"}",
         );
+        assert_eq!(success, "2");
         assert_eq!(get("kite_reconcile_errors_total"), "} 2");
         let bucket = |le: &str| {
             let prefix = format!("kite_reconcile_duration_seconds_bucket{c},le=\"{le}\"}}");
@@ -306,57 +329,61 @@ mod tests {
         assert_eq!(get("kite_workqueue_depth"), "} 7");
         assert_eq!(get("kite_workqueue_retries_total"), "} 2");
         assert_eq!(get("kite_watch_restarts_total"), "} 1");
-        assert!(!out.contains('#'), "render writes no headers:\n{out}");
     }
 
     #[test]
     fn label_values_are_escaped() {
-        let mut out = String::new();
-        let m = Metrics::new();
-        m.render(
-            "a\"b\\c\nd",
-            &[("namespace", "x\"y"), ("pod", "p")],
-            &mut out,
-        );
+        let m = Arc::new(Metrics::new());
+        let extra = vec![("namespace", "x\"y".to_owned()), ("pod", "p".to_owned())];
+        let out = render(vec![one("a\"b\\c\nd", extra, &m)]);
         let want = r#"kite_workqueue_depth{controller="a\"b\\c\nd",namespace="x\"y",pod="p"} 0"#;
         assert!(out.lines().any(|l| l == want), "{out}");
-        assert_eq!(out.lines().count(), 3 + 1 + 16 + 3);
-        assert!(out.lines().all(|l| l.ends_with(char::is_numeric)), "{out}");
+        let samples = out.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(samples, 3 + 1 + 16 + 3, "{out}");
     }
 
     #[test]
-    fn headers_once_for_several_controllers() {
-        let (a, b) = (Metrics::new(), Metrics::new());
+    fn each_metric_once_with_every_controller_under_it() {
+        let (a, b) = (Arc::new(Metrics::new()), Arc::new(Metrics::new()));
         a.record_reconcile(Outcome::Success, ms(1));
-        let mut separate = String::new();
-        Metrics::render_headers(&mut separate);
-        a.render("a", &[], &mut separate);
-        b.render("b", &[], &mut separate);
-        let mut grouped = String::new();
-        Metrics::render_all(&[("a", &a), ("b", &b)], &[], &mut grouped);
+        let mut scrape = Scrape::new();
+        scrape.gauge(
+            "kite_operator_leader",
+            "Whether this operator holds the lease",
+            1,
+        );
+        scrape.controllers(vec![one("a", Vec::new(), &a), one("b", Vec::new(), &b)]);
+        let out = scrape.render();
 
-        for out in [&separate, &grouped] {
-            for (name, kind, _) in FAMILIES {
-                let count = |line: String| out.lines().filter(|l| *l == line).count();
-                assert_eq!(count(format!("# TYPE {name} {kind}")), 1, "{out}");
-                assert_eq!(out.matches(&format!("# HELP {name} ")).count(), 1, "{out}");
-            }
-            let a_success = "kite_reconcile_total{controller=\"a\",outcome=\"success\"} 1";
-            let b_success = "kite_reconcile_total{controller=\"b\",outcome=\"success\"} 0";
-            assert!(out.lines().any(|l| l == a_success), "{out}");
-            assert!(out.lines().any(|l| l == b_success), "{out}");
+        let families = [
+            ("kite_operator_leader", "gauge"),
+            ("kite_reconcile_total", "counter"),
+            ("kite_reconcile_errors_total", "counter"),
+            ("kite_reconcile_duration_seconds", "histogram"),
+            ("kite_workqueue_depth", "gauge"),
+            ("kite_workqueue_retries_total", "counter"),
+            ("kite_watch_restarts_total", "counter"),
+        ];
+        for (name, kind) in families {
+            let count = |line: String| out.lines().filter(|l| *l == line).count();
+            assert_eq!(count(format!("# TYPE {name} {kind}")), 1, "{out}");
+            assert_eq!(out.matches(&format!("# HELP {name} ")).count(), 1, "{out}");
         }
-        // render_all keeps each metric's samples right after its header.
-        let families: Vec<&str> = grouped
+        assert!(out.contains("kite_operator_leader 1\n"), "{out}");
+        let a_success = "kite_reconcile_total{controller=\"a\",outcome=\"success\"} 1";
+        let b_success = "kite_reconcile_total{controller=\"b\",outcome=\"success\"} 0";
+        assert!(out.lines().any(|l| l == a_success), "{out}");
+        assert!(out.lines().any(|l| l == b_success), "{out}");
+        // Each metric's samples follow its header, never interleaved with another's.
+        let names: Vec<&str> = out
             .lines()
             .filter(|l| !l.starts_with('#'))
             .map(|l| l.split(['{', ' ']).next().unwrap_or(l))
             .map(|n| n.trim_end_matches("_bucket").trim_end_matches("_sum"))
             .map(|n| n.trim_end_matches("_count"))
             .collect();
-        let mut deduped = families.clone();
-        deduped.dedup();
-        assert_eq!(deduped.len(), FAMILIES.len(), "{grouped}");
-        assert_eq!(separate.len(), grouped.len());
+        let mut runs = names.clone();
+        runs.dedup();
+        assert_eq!(runs.len(), families.len(), "{out}");
     }
 }

@@ -1,6 +1,10 @@
 //! The k8s.control() reconcile runtime: informers, a work queue, worker threads,
 //! handlers, health, leader election. A controller is a value that can be started and
 //! stopped in-process, several per process.
+//!
+//! A [`controller::Controller`] owns the state its parts share (`shared`): informer
+//! changes are turned into work by `routing`, and `worker` threads do it (the work
+//! itself, per key, is in `reconcile`).
 
 pub mod controller;
 pub mod echo;
@@ -10,6 +14,9 @@ pub mod informer;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
+mod reconcile;
+mod routing;
+mod shared;
 pub mod spec;
 pub mod standalone;
 pub mod watches;

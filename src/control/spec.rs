@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value as Json;
 use starlark::collections::SmallMap;
 use starlark::docs::{DocItem, DocMember};
 use starlark::values::Value;
@@ -11,7 +10,6 @@ use starlark::values::list::ListRef;
 use starlark::values::tuple::TupleRef;
 
 use crate::script::attrdict::AttrDict;
-use crate::script::json::from_starlark;
 
 /// Every keyword `k8s.control` accepts, in the order error messages list them.
 pub const KEYWORDS: &[&str] = &[
@@ -155,26 +153,11 @@ fn duration(name: &str, v: Value) -> anyhow::Result<Duration> {
 }
 
 fn selector(name: &str, v: Value) -> anyhow::Result<String> {
-    if let Some(s) = v.unpack_str() {
-        return Ok(s.to_owned());
-    }
-    match from_starlark(v) {
-        Ok(Json::Object(map)) => Ok(map
-            .iter()
-            .map(|(k, v)| {
-                format!(
-                    "{k}={}",
-                    v.as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| v.to_string())
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(",")),
-        _ => Err(err(format!(
+    crate::k8s::selector::selector(v).ok_or_else(|| {
+        err(format!(
             "{name} must be a selector string like \"app=web\" or a dict"
-        ))),
-    }
+        ))
+    })
 }
 
 /// `{"kind": k, "map_func": f}` as a dict or AttrDict, with no other keys.

@@ -114,6 +114,7 @@ pub fn run(
             session,
             handler_budget: opts.handler_budget,
             leader,
+            outer_lease: None,
         };
         let controller = Controller::start(config).await?;
         let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -105,17 +105,6 @@ impl Watches {
         watched
     }
 
-    /// The children informer for a resource, if it runs.
-    pub fn children(&self, resource: &Resource) -> Option<Arc<Watched>> {
-        let ar = &resource.api_resource;
-        let id = format!("{}/{}", ar.group, ar.plural);
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(id, Role::Children))
-            .cloned()
-    }
-
     /// True once every running secondary informer has synced.
     pub fn synced(&self) -> bool {
         self.running

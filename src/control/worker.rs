@@ -1,18 +1,18 @@
-//! One worker thread: takes a key from the queue, delivers its pending events in order,
-//! runs the level-triggered reconcile (with finalizers and children), and requeues
-//! according to the outcome.
+//! One worker thread: takes a key from the queue, has `reconcile` deliver its pending
+//! events and run the level-triggered reconcile or the finalizer, and requeues according
+//! to the outcome, with backoff on failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use super::controller::{EventItem, Pending, Shared, WorkKey};
-use super::finalizer;
 use super::handlers::{self, Arg, Error, Outcome};
 use super::informer::Key;
 use super::metrics::Outcome as Recorded;
-use crate::children::{self, condition::Ready};
+use super::reconcile::{deliver, owns_ready, reconcile, set_ready};
+use super::shared::{EventItem, Pending, Shared, WorkKey};
+use crate::children::condition::Ready;
 
 /// Runs until the queue shuts down. Blocking here is fine: this is a plain thread.
 pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
@@ -85,7 +85,7 @@ fn map_related(shared: &Shared, index: usize, key: &Key) {
         f,
         &[Arg::Obj(&obj)],
         shared.budget,
-        &shared.stop,
+        &shared.cancel(),
         handlers::decode_refs,
     ) {
         Ok(refs) => {
@@ -145,8 +145,14 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
     let start = Instant::now();
     let trigger = level.unwrap_or("event");
     let mut result: Result<Option<Outcome>, Error> = Ok(None);
-    for event in pending.events {
-        if let Err(e) = deliver(shared, event) {
+    let mut events = pending.events;
+    while let Some(event) = events.pop_front() {
+        if let Err(e) = deliver(shared, event.clone()) {
+            // The failed event and those after it go back to the front of the key's
+            // list, before anything that arrived meanwhile, and the retry delivers them
+            // (and runs the reconcile that was due) in order.
+            events.push_front(event);
+            redeliver(shared, key, events, level);
             result = Err(e);
             break;
         }
@@ -200,6 +206,43 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
     }
 }
 
+/// Runs one of the reconcile's own writes (finalizer, children, Ready) unless this
+/// leadership term has ended or a lease has run out, and cuts it short if that
+/// happens meanwhile: after losing the lease, nothing more is sent.
+pub(super) fn guarded<T, E: std::fmt::Display>(
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    let budget = crate::script::budget::Budget {
+        // The write's own timeout bounds it; this budget only carries the cancel.
+        deadline: std::time::Instant::now() + Duration::from_secs(3600),
+        stop: Some(shared.cancel()),
+    };
+    match crate::script::budget::scope(budget, || crate::script::budget::block_on(runtime, fut)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(stopped) => Err(stopped.to_string()),
+    }
+}
+
+/// Puts undelivered `events` (and the reconcile `level`, if one was due) back at the
+/// front of `key`'s pending work, ahead of what arrived since.
+pub(super) fn redeliver(
+    shared: &Shared,
+    key: &Key,
+    mut events: std::collections::VecDeque<EventItem>,
+    level: Option<&'static str>,
+) {
+    let mut map = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = map.entry(key.clone()).or_default();
+    events.append(&mut entry.events);
+    entry.events = events;
+    if entry.reconcile.is_none() {
+        entry.reconcile = level;
+    }
+}
+
 /// A requeue no sooner than the host's floor; a shorter one is raised to it and said in
 /// the controller's last error, where `kubectl get` shows it.
 fn at_least_floor(shared: &Shared, key: &Key, asked: Duration) -> Duration {
@@ -240,6 +283,15 @@ fn failed(
     let failures = shared.queue.failures(item) + 1;
     if failures > shared.spec.max_retries {
         shared.queue.forget(item);
+        let undelivered = shared
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key)
+            .map_or(0, |p| p.events.len());
+        if undelivered > 0 {
+            tracing::error!(controller = %shared.name, key = %key, undelivered, "giving up on {undelivered} undelivered events");
+        }
         tracing::error!(
             controller = %shared.name, key = %key, trigger, duration_ms = elapsed.as_millis() as u64,
             outcome = "dropped", failures, error = %first_line(&e.to_string()),
@@ -270,7 +322,7 @@ fn traceback(shared: &Shared, key: &Key, e: &Error) {
     tracing::warn!(controller = %shared.name, key = %key, "handler error for {key}:\n{e}");
 }
 
-fn first_line(s: &str) -> String {
+pub(super) fn first_line(s: &str) -> String {
     // The rendered error starts with a traceback; the "error:" line says what went wrong.
     s.lines()
         .find(|l| l.starts_with("error:"))
@@ -298,12 +350,16 @@ pub(super) fn record_event(
         namespace: None,
     };
     let fut = crate::k8s::event::record(&shared.session, obj, &spec);
-    if let Err(e) = runtime.block_on(crate::k8s::ops::with_timeout(Duration::from_secs(10), fut)) {
+    if let Err(e) = guarded(
+        shared,
+        runtime,
+        crate::k8s::ops::with_timeout(Duration::from_secs(10), fut),
+    ) {
         tracing::warn!(controller = %shared.name, reason, "could not record the event: {e}");
     }
 }
 
-fn warn_event(
+pub(super) fn warn_event(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,
     obj: &Json,
@@ -311,232 +367,4 @@ fn warn_event(
     message: &str,
 ) {
     record_event(shared, runtime, obj, "Warning", reason, message);
-}
-
-fn call(
-    shared: &Shared,
-    f: &starlark::values::OwnedFrozenValue,
-    args: &[Arg],
-) -> Result<Outcome, Error> {
-    handlers::call(
-        &shared.host,
-        f,
-        args,
-        shared.budget,
-        &shared.stop,
-        handlers::decode_outcome,
-    )
-    .map_err(|e| shared.handlers.locate(f, e))
-}
-
-/// Delivers one watch event to the event-form handlers.
-fn deliver(shared: &Shared, event: EventItem) -> Result<(), Error> {
-    let h = &shared.handlers;
-    let two_arg = if shared.spec.reconcile_arity == Some(2) {
-        h.reconcile.as_ref()
-    } else {
-        None
-    };
-    let (name, obj, hook, hook_args): (&str, &Arc<Json>, _, Vec<&Arc<Json>>) = match &event {
-        EventItem::Added(o) => ("ADDED", o, h.on_create.as_ref(), vec![o]),
-        EventItem::Modified(old, new) => ("MODIFIED", new, h.on_update.as_ref(), vec![old, new]),
-        EventItem::Deleted(o) => ("DELETED", o, h.on_delete.as_ref(), vec![o]),
-    };
-    if let Some(f) = two_arg {
-        call(shared, f, &[Arg::Str(name), Arg::Obj(obj)])?;
-    }
-    if let Some(f) = hook {
-        let args: Vec<Arg> = hook_args.into_iter().map(|o| Arg::Obj(o)).collect();
-        call(shared, f, &args)?;
-    }
-    Ok(())
-}
-
-fn api_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Raised(format!("error: {what}: {e}"))
-}
-
-/// The level-triggered reconcile of an existing object: finalizer first, then the
-/// handler, then its children.
-fn reconcile(
-    shared: &Shared,
-    runtime: &tokio::runtime::Handle,
-    key: &Key,
-    obj: &Arc<Json>,
-) -> Result<Outcome, Error> {
-    let h = &shared.handlers;
-    let mut obj = obj.clone();
-    if let Some(name) = &shared.spec.finalizer {
-        if finalizer::deleting(&obj) {
-            return finalize(shared, runtime, &obj, name);
-        }
-        if !finalizer::has(&obj, name) {
-            let patch = finalizer::add_patch(&obj, name);
-            let added = runtime
-                .block_on(finalizer::patch(
-                    &shared.session,
-                    &shared.target,
-                    &obj,
-                    patch,
-                ))
-                .map_err(|e| api_error("adding the finalizer", e))?;
-            shared.host.writes.record(&added);
-            obj = Arc::new(added);
-        }
-    }
-    if let Some(p) = &h.predicate {
-        let keep = handlers::call(
-            &shared.host,
-            p,
-            &[Arg::Obj(&obj)],
-            shared.budget,
-            &shared.stop,
-            handlers::decode_bool,
-        )?;
-        if !keep {
-            return Ok(Outcome::Done);
-        }
-    }
-    let Some(f) = &h.reconcile else {
-        return Ok(Outcome::Done);
-    };
-    let outcome = if shared.spec.reconcile_arity == Some(2) {
-        // Poll, resync and requeue reach the two-argument form as MODIFIED, as client-go's resync does.
-        call(shared, f, &[Arg::Str("MODIFIED"), Arg::Obj(&obj)])?
-    } else {
-        call(shared, f, &[Arg::Obj(&obj)])?
-    };
-    let Outcome::Children(desired) = outcome else {
-        return Ok(outcome);
-    };
-    if let Err(message) = shared.host.limits.check_children(&desired) {
-        return Err(shared.handlers.locate(f, Error::BadReturn(message)));
-    }
-    shared
-        .with_children
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key.clone());
-    let ctx = children_context(shared);
-    let report = runtime
-        .block_on(crate::k8s::ops::with_timeout(
-            Duration::from_secs(120),
-            async {
-                children::reconcile(&ctx, &obj, desired)
-                    .await
-                    .map_err(|e| crate::k8s::ops::Error::Invalid(e.to_string()))
-            },
-        ))
-        .map_err(|e| api_error("applying children", e))?;
-    if !report.changed.is_empty() || !report.pruned.is_empty() {
-        let mut parts = Vec::new();
-        if !report.changed.is_empty() {
-            parts.push(format!("applied {}", report.changed.join(", ")));
-        }
-        if !report.pruned.is_empty() {
-            parts.push(format!("pruned {}", report.pruned.join(", ")));
-        }
-        record_event(
-            shared,
-            runtime,
-            &obj,
-            "Normal",
-            "Reconciled",
-            &parts.join("; "),
-        );
-    }
-    let ready = if report.waiting.is_empty() {
-        Ready::reconciled()
-    } else {
-        Ready::progressing(&report.waiting)
-    };
-    // The freshest parent: the applyset labels may have just been written.
-    let current = shared.store.get(key).unwrap_or(obj);
-    set_ready(shared, runtime, &current, &ready);
-    Ok(Outcome::Done)
-}
-
-/// The object is deleting: run finalize, then remove our finalizer.
-fn finalize(
-    shared: &Shared,
-    runtime: &tokio::runtime::Handle,
-    obj: &Json,
-    name: &str,
-) -> Result<Outcome, Error> {
-    if !finalizer::has(obj, name) {
-        // Already finalized, or never ours: nothing to do, and reconcile is not called.
-        return Ok(Outcome::Done);
-    }
-    let outcome = match &shared.handlers.finalize {
-        Some(f) => match call(shared, f, &[Arg::Obj(obj)]) {
-            Ok(o) => o,
-            Err(e) => {
-                warn_event(
-                    shared,
-                    runtime,
-                    obj,
-                    "FinalizeFailed",
-                    &first_line(&e.to_string()),
-                );
-                return Err(e);
-            }
-        },
-        None => Outcome::Done,
-    };
-    if let Outcome::RequeueAfter(d) = outcome {
-        return Ok(Outcome::RequeueAfter(d));
-    }
-    if let Some(patch) = finalizer::remove_patch(obj, name) {
-        let removed = runtime
-            .block_on(finalizer::patch(
-                &shared.session,
-                &shared.target,
-                obj,
-                patch,
-            ))
-            .map_err(|e| api_error("removing the finalizer", e))?;
-        shared.host.writes.record(&removed);
-    }
-    Ok(Outcome::Done)
-}
-
-/// Whether kite manages this parent's Ready condition: it returned children in this
-/// run, or an earlier run left a Ready condition with one of kite's reasons.
-fn owns_ready(shared: &Shared, key: &Key, obj: &Json) -> bool {
-    let ours = |c: &Json| {
-        c["type"] == "Ready"
-            && matches!(
-                c["reason"].as_str(),
-                Some("Reconciled" | "Progressing" | "ReconcileError")
-            )
-    };
-    shared
-        .with_children
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(key)
-        || obj["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(ours))
-}
-
-fn set_ready(shared: &Shared, runtime: &tokio::runtime::Handle, parent: &Json, ready: &Ready) {
-    let ctx = children_context(shared);
-    let fut = crate::k8s::ops::with_timeout(
-        Duration::from_secs(30),
-        children::set_ready(&ctx, parent, ready),
-    );
-    if let Err(e) = runtime.block_on(fut) {
-        tracing::warn!(controller = %shared.name, "could not update the Ready condition: {e}");
-    }
-}
-
-fn children_context(shared: &Shared) -> children::Context<'_> {
-    children::Context {
-        session: &shared.session,
-        writes: &shared.host.writes,
-        watches: &shared.watches,
-        primary: &shared.target.resource,
-        namespace: shared.spec.namespace.as_deref(),
-    }
 }

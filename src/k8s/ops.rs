@@ -134,6 +134,11 @@ pub async fn get(
     namespace: Option<&str>,
 ) -> Result<Json> {
     let target = Target::resolve(session, kind, namespace).await?;
+    get_of(session, &target, name).await
+}
+
+/// GET one object of a resolved kind.
+pub async fn get_of(session: &Session, target: &Target, name: &str) -> Result<Json> {
     let obj = target.api(session).get(name).await?;
     Ok(target.complete(to_json(&obj)?))
 }

@@ -37,6 +37,18 @@ pub struct SessionKey {
     pub namespace: Option<String>,
 }
 
+/// The server ends each watch after this and kite resumes it from the last
+/// resourceVersion: a cheap request (served from the watch cache, no list) that doubles
+/// as the heartbeat [`READ_TIMEOUT`] relies on, since Kubernetes watches have none.
+pub const WATCH_TIMEOUT_SECS: u32 = 15;
+
+/// No read from the API server may wait longer than this. Watches end every
+/// [`WATCH_TIMEOUT_SECS`] and other calls answer sooner, so a
+/// connection silent this long is dead (half-open: a dropped NAT entry, a peer that
+/// vanished without a FIN) and is closed, pooled ones included, instead of holding a
+/// watch or a write forever.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// One cluster connection, shared by every call that uses the same settings.
 pub struct Session {
     pub client: kube::Client,
@@ -125,7 +137,7 @@ async fn load_config(key: &SessionKey, defaults: &KubeOptions) -> Result<(kube::
             .map_err(|e| Error::LoadConfig(e.to_string()))?,
     };
     // Every API call has a deadline even when the script gives none.
-    config.read_timeout = Some(Duration::from_secs(295));
+    config.read_timeout = Some(crate::k8s::session::READ_TIMEOUT);
     config.connect_timeout = Some(Duration::from_secs(10));
     let context_name = context.unwrap_or_else(|| current_context(kubeconfig.as_deref()));
     Ok((config, context_name))

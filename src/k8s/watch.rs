@@ -25,8 +25,8 @@ impl Drop for Watch {
 }
 
 /// Starts watching on `runtime`: existing objects arrive as ADDED, then changes.
-/// The server-side timeout stays below 240 s and the watch resumes from the last
-/// resourceVersion; a 410 Gone re-lists.
+/// The server ends each watch every few seconds (the heartbeat that detects a dead
+/// connection) and the watch resumes from the last resourceVersion; a 410 Gone re-lists.
 pub fn start(
     runtime: &tokio::runtime::Handle,
     session: std::sync::Arc<Session>,
@@ -51,7 +51,7 @@ async fn run(
 ) -> Result<()> {
     let api = target.api(session);
     let mut list_params = ListParams::default();
-    let mut watch_params = WatchParams::default().timeout(230);
+    let mut watch_params = WatchParams::default().timeout(super::session::WATCH_TIMEOUT_SECS);
     if let Some(l) = labels {
         list_params = list_params.labels(l);
         watch_params = watch_params.labels(l);

@@ -132,14 +132,19 @@ pub async fn first_denied(
     wanted: &[Permission],
 ) -> Result<Option<String>> {
     use futures::StreamExt;
-    let reviews = futures::stream::iter(wanted.iter().map(|p| async move {
-        allowed(client, author, p)
-            .await
-            .map(|ok| (!ok).then_some(p))
-    }))
-    .buffered(PARALLEL)
-    .collect::<Vec<_>>()
-    .await;
+    // Owned futures: a borrowing closure here is not Send for every lifetime, which
+    // the controller runtime's reconcile future needs.
+    let reviews = futures::stream::iter(wanted.to_vec())
+        .map(|p| {
+            let (client, author) = (client.clone(), author.clone());
+            async move {
+                let ok = allowed(&client, &author, &p).await?;
+                Ok::<_, Error>((!ok).then_some(p))
+            }
+        })
+        .buffered(PARALLEL)
+        .collect::<Vec<_>>()
+        .await;
     for r in reviews {
         if let Some(p) = r? {
             return Ok(Some(format!(

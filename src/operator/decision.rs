@@ -10,7 +10,7 @@ use kube::runtime::events::{Event, EventType};
 use super::grants::{self, Grant};
 use super::hosted::Hosted;
 use super::reconciler::Context;
-use super::registry::Key;
+use super::registry::{Authority, Key};
 use super::resource::Phase;
 use super::status::{Outcome, Verdict};
 
@@ -31,6 +31,8 @@ pub struct Decision<'a> {
     pub outcome: Outcome,
     /// The identity generated for what now runs.
     pub grants: Option<Arc<Grant>>,
+    /// Who approved what now runs.
+    pub authority: Option<Arc<Authority>>,
 }
 
 impl<'a> Decision<'a> {
@@ -48,6 +50,7 @@ impl<'a> Decision<'a> {
                 ..Default::default()
             },
             grants: None,
+            authority: None,
         }
     }
 
@@ -105,6 +108,7 @@ impl<'a> Decision<'a> {
             self.fingerprint = 0;
         }
         let grants = if stopping { None } else { self.grants };
+        let authority = if stopping { None } else { self.authority };
         let key = self.key.clone();
         let old = self.ctx.registry.decide(
             self.key,
@@ -115,6 +119,7 @@ impl<'a> Decision<'a> {
             self.script_ref,
         );
         self.ctx.registry.set_grants(&key, grants);
+        self.ctx.registry.set_authority(&key, authority);
         // The caller stopped the old version before starting this one; anything still
         // here raced in and goes the same way.
         if let Some(old) = old {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::control::controller::{Config, Controller};
+use crate::control::handlers::Handlers;
 use crate::control::spec::ControlSpec;
 use crate::k8s::session::Session;
 use crate::operator::resource::ControlOverrides;
@@ -52,6 +53,9 @@ pub struct Plan {
     /// Confined to `namespace` (a StarlarkController): the watch is there, whatever
     /// the script says.
     pub confined: bool,
+    /// The operator's lease, when it elects a leader: the hosted controller writes
+    /// nothing once it has run out.
+    pub lease: Option<std::sync::Arc<crate::control::leader::Validity>>,
 }
 
 /// A running hosted controller.
@@ -87,10 +91,15 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     .await
     .map_err(|e| Error::Join(e.to_string()))?
     .map_err(|e| Error::Evaluate(e.to_string()))?;
-    let Finished::Controller { request, handlers } = finished else {
+    let Finished::Controller {
+        request,
+        module,
+        positions,
+    } = finished
+    else {
         return Err(Error::FindControl);
     };
-    let handlers = *handlers;
+    let handlers = Handlers::of_script(module, positions).map_err(Error::Evaluate)?;
     let mut spec = request.spec;
     let ignored = ignore_hosting_options(&mut spec);
     if let Some(o) = &plan.overrides {
@@ -117,6 +126,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         session,
         handler_budget: plan.handler_budget,
         leader: None,
+        outer_lease: plan.lease,
     };
     let controller = Controller::start(config).await?;
     Ok(Hosted {

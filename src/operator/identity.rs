@@ -24,7 +24,7 @@ pub fn impersonating(
     config.auth_info.impersonate = Some(service_account_user(namespace, name));
     config.auth_info.impersonate_groups = None;
     config.default_namespace = namespace.to_owned();
-    config.read_timeout = Some(Duration::from_secs(295));
+    config.read_timeout = Some(crate::k8s::session::READ_TIMEOUT);
     config.connect_timeout = Some(Duration::from_secs(10));
     kube::Client::try_from(config)
 }

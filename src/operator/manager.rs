@@ -20,12 +20,18 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::approval;
+use super::certs;
 use super::grants::OWNER_LABEL;
 use super::reconciler::{self, Context};
+use super::registration::{self, Endpoint, Registration};
 use super::registry::{Key, Registry};
 use super::resource::{ClusterStarlarkController, StarlarkController};
 use super::tenant::{Tenant, is_cluster_key};
+use super::trigger;
+use super::webhook::{self, Tls};
 use crate::control::leader::{self, LeaderConfig};
+use crate::control::metrics::Scrape;
 use crate::k8s::discovery::Discovery;
 
 /// How `kite operator` runs.
@@ -49,6 +55,13 @@ pub struct Options {
     /// At most one status write per StarlarkController per period.
     pub status_period: Duration,
     pub grace: Duration,
+    /// Where the admission webhook listens.
+    pub webhook_bind: SocketAddr,
+    /// Register the webhook through this Service in the operator's namespace (inside a
+    /// pod); None registers `https://<bind>:<port>` (beside the API server).
+    pub webhook_service: Option<String>,
+    /// The MutatingWebhookConfiguration's name; None: one per `--namespace`/`--selector`.
+    pub webhook_configuration: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +74,12 @@ pub enum Error {
     CheckCrd(#[source] kube::Error),
     #[error(transparent)]
     Serve(#[from] crate::http::Error),
+    #[error(transparent)]
+    Certify(#[from] certs::Error),
+    #[error(transparent)]
+    ServeWebhook(#[from] webhook::Error),
+    #[error(transparent)]
+    Register(#[from] registration::Error),
     #[error("lost the leader-election lease; exiting so a standby takes over")]
     LoseLeadership,
 }
@@ -98,6 +117,8 @@ pub async fn run(
         }
     }
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (release_tx, release_rx) = watch::channel(false);
+    let mut elector = None;
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
@@ -107,35 +128,29 @@ pub async fn run(
     };
 
     let registry = Arc::new(Registry::default());
-    let (leading_tx, mut leading) = watch::channel(opts.leader_election.is_none());
-    let synced = Arc::new(AtomicBool::new(false));
-    if let Some(addr) = opts.health {
-        let probe = Arc::new(Probe {
-            registry: registry.clone(),
-            leading: leading.clone(),
-            synced: synced.clone(),
-        });
-        let (bound, serve) = crate::http::bind(addr, probe, stopped(stop_rx.clone())).await?;
-        tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
-        tokio::spawn(serve);
-    }
-    if let Some(lease_ns) = &opts.leader_election {
-        let lc = LeaderConfig::new(LEASE, lease_ns.clone(), opts.identity.clone());
-        tokio::spawn(leader::run(
-            client.clone(),
-            lc,
-            leading_tx,
-            stopped(stop_rx.clone()),
-        ));
-        tracing::info!(lease = LEASE, namespace = %lease_ns, identity = %opts.identity, "waiting to lead");
-        let mut stop = stop_rx.clone();
-        tokio::select! {
-            _ = leading.wait_for(|l| *l) => {}
-            _ = stop.wait_for(|s| *s) => return Ok(()),
-        }
-        tracing::info!("leading: starting the StarlarkController controllers");
-    }
-
+    let lease = opts
+        .leader_election
+        .as_ref()
+        .map(|_| crate::control::leader::Validity::new());
+    // The admission webhook: every replica serves it (inside a pod, behind the Service,
+    // so reviews go on while the lease changes hands); the leader keeps it registered.
+    let endpoint_host = match opts.webhook_bind.ip() {
+        ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+        ip => ip.to_string(),
+    };
+    let hosts = match &opts.webhook_service {
+        Some(svc) => vec![
+            format!("{svc}.{}.svc", opts.operator_namespace),
+            format!("{svc}.{}.svc.cluster.local", opts.operator_namespace),
+        ],
+        None => vec![endpoint_host.clone(), "localhost".to_owned()],
+    };
+    let material = certs::certs(&client, &opts.operator_namespace, &hosts).await?;
+    let object_selector = opts
+        .selector
+        .as_deref()
+        .map(registration::label_selector)
+        .transpose()?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         config,
@@ -152,7 +167,107 @@ pub async fn run(
         handler_budget: opts.handler_budget,
         limits: opts.limits.clone(),
         operator_namespace: opts.operator_namespace.clone(),
+        approval: approval::Key::new(&material.approval_key),
+        lease: lease.clone(),
     });
+    let tls = Arc::new(Tls::new(&material)?);
+    let (bound, serve) = webhook::webhook(
+        opts.webhook_bind,
+        tls.clone(),
+        ctx.clone(),
+        stopped(stop_rx.clone()),
+    )
+    .await?;
+    tokio::spawn(serve);
+    let registration = Registration {
+        name: opts.webhook_configuration.clone().unwrap_or_else(|| {
+            Registration::default_name(opts.namespace.as_deref(), opts.selector.as_deref())
+        }),
+        endpoint: match &opts.webhook_service {
+            Some(name) => Endpoint::Service {
+                namespace: opts.operator_namespace.clone(),
+                name: name.clone(),
+            },
+            None => Endpoint::Url(format!(
+                "https://{endpoint_host}:{}{}",
+                bound.port(),
+                webhook::PATH
+            )),
+        },
+        namespace: opts.namespace.clone(),
+        object_selector,
+    };
+    tracing::info!(%bound, "serving the admission webhook");
+    let (leading_tx, mut leading) = watch::channel(opts.leader_election.is_none());
+    let synced = Arc::new(AtomicBool::new(false));
+    if let Some(addr) = opts.health {
+        let probe = Arc::new(Probe {
+            registry: registry.clone(),
+            leading: leading.clone(),
+            synced: synced.clone(),
+        });
+        let (bound, serve) = crate::http::bind(addr, probe, stopped(stop_rx.clone())).await?;
+        tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
+        tokio::spawn(serve);
+    }
+    if let Some(lease_ns) = &opts.leader_election {
+        let lc = LeaderConfig::new(LEASE, lease_ns.clone(), opts.identity.clone());
+        let validity = lease
+            .clone()
+            .unwrap_or_else(crate::control::leader::Validity::new);
+        // The lease goes only once the hosted controllers have stopped (or when this
+        // function returns early): a standby must never run them beside ours.
+        elector = Some(tokio::spawn(leader::run(
+            client.clone(),
+            lc,
+            leading_tx,
+            validity,
+            stopped(release_rx.clone()),
+        )));
+        tracing::info!(lease = LEASE, namespace = %lease_ns, identity = %opts.identity, "waiting to lead");
+        let mut stop = stop_rx.clone();
+        tokio::select! {
+            _ = leading.wait_for(|l| *l) => {}
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        tracing::info!("leading: starting the StarlarkController controllers");
+    }
+    // Registered before anything is reconciled: a resource created before the webhook
+    // is in place is never approved.
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let mut stop = stop_rx.clone();
+        let attempt = registration::register(
+            &client,
+            &registration,
+            &tls,
+            &opts.operator_namespace,
+            &hosts,
+            true,
+        );
+        let failed = tokio::select! {
+            r = attempt => match r {
+                Ok(()) => break,
+                Err(e) => e,
+            },
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        tracing::warn!(error = %failed, "registering the admission webhook; retrying");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+    let keeper = tokio::spawn(registration::keep_registered(
+        client.clone(),
+        registration,
+        tls,
+        opts.operator_namespace.clone(),
+        hosts,
+        stopped(stop_rx.clone()),
+    ));
+
     let flusher = tokio::spawn(flush_statuses(
         client.clone(),
         registry.clone(),
@@ -174,7 +289,7 @@ pub async fn run(
     .shared();
     let tenants = watcher::Config {
         label_selector: opts.selector.clone(),
-        ..Default::default()
+        ..trigger::watch_config()
     };
     let namespaced =
         controller::<StarlarkController>(&client, &opts, &tenants, &registry, &ctx, end.clone());
@@ -204,13 +319,19 @@ pub async fn run(
         controllers = hosted.len(),
         "stopping the hosted controllers"
     );
-    futures::future::join_all(
-        hosted
-            .into_iter()
-            .map(|h| h.controller.shutdown(opts.grace)),
-    )
-    .await;
+    // After losing the lease, nothing waits: the standby may already be running them.
+    let grace = if lost.load(Ordering::Relaxed) {
+        Duration::ZERO
+    } else {
+        opts.grace
+    };
+    futures::future::join_all(hosted.into_iter().map(|h| h.controller.shutdown(grace))).await;
     flusher.abort();
+    keeper.abort();
+    let _ = release_tx.send(true);
+    if let Some(elector) = elector {
+        let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;
+    }
     if lost.load(Ordering::Relaxed) {
         return Err(Error::LoseLeadership);
     }
@@ -233,8 +354,7 @@ async fn controller<K: Tenant>(
     };
     let (mapper_registry, ceiling_registry) = (registry.clone(), registry.clone());
     let ceilings: Api<ClusterRole> = Api::all(client.clone());
-    let only_ceiling =
-        watcher::Config::default().fields(&format!("metadata.name={}", opts.ceiling));
+    let only_ceiling = trigger::watch_config().fields(&format!("metadata.name={}", opts.ceiling));
     let of_kind = |keys: Vec<Key>| {
         keys.into_iter()
             .filter_map(object_ref::<K>)
@@ -242,9 +362,9 @@ async fn controller<K: Tenant>(
     };
     let ns = opts.namespace.clone();
     // Someone deleting or editing a generated role, binding or account: restore it.
-    let owned = watcher::Config::default().labels(OWNER_LABEL);
+    let owned = trigger::watch_config().labels(OWNER_LABEL);
     let mut controller = Controller::new(crs, tenants.clone())
-        .watches(cms, watcher::Config::default(), move |cm: ConfigMap| {
+        .watches(cms, trigger::watch_config(), move |cm: ConfigMap| {
             let ns = cm.namespace().unwrap_or_default();
             of_kind(mapper_registry.referencing(&ns, &cm.name_any()))
         })
@@ -281,6 +401,7 @@ async fn controller<K: Tenant>(
             );
     }
     controller
+        .trigger_backoff(trigger::TriggerBackoff::default())
         .graceful_shutdown_on(end)
         .run(
             reconciler::reconcile::<K>,
@@ -425,16 +546,20 @@ impl crate::http::Probe for Probe {
     }
 
     fn metrics(&self) -> String {
-        let mut out = String::new();
-        out += "# HELP kite_operator_controllers Hosted controllers running.\n";
-        out += "# TYPE kite_operator_controllers gauge\n";
-        out += &format!("kite_operator_controllers {}\n", self.registry.running());
-        out += &format!(
-            "kite_operator_leader {}\n",
-            u8::from(*self.leading.borrow())
+        let mut scrape = Scrape::new();
+        let running = i64::try_from(self.registry.running()).unwrap_or(i64::MAX);
+        scrape.gauge(
+            "kite_operator_controllers",
+            "Hosted controllers running",
+            running,
         );
-        crate::control::metrics::Metrics::render_headers(&mut out);
-        self.registry.render_metrics(&mut out);
-        out
+        let leading = i64::from(*self.leading.borrow());
+        scrape.gauge(
+            "kite_operator_leader",
+            "Whether this operator holds the lease",
+            leading,
+        );
+        self.registry.add_metrics(&mut scrape);
+        scrape.render()
     }
 }

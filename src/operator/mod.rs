@@ -1,16 +1,25 @@
 //! The meta-operator: `StarlarkController` resources run as in-process controllers.
 //!
 //! [`manager::run`] watches StarlarkControllers and ClusterStarlarkControllers (both a
-//! [`tenant`]); [`reconciler`] validates each script, keeps a StarlarkController within
+//! [`tenant`]; how its watches feed it is [`trigger`]); [`reconciler`] validates each script, keeps a StarlarkController within
 //! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
 //! impersonates that account ([`identity`]); a [`decision`] records the outcome.
-//! [`registry`] holds the running controllers, [`status`] what is reported. `kite crd`
+//! [`registry`] holds the running controllers, [`status`] what is reported.
+//!
+//! No author gets more than they hold: the admission [`webhook`] (TLS from [`certs`],
+//! kept registered by [`registration`]) runs the same [`assessment`] as the reconciler,
+//! asks the API server whether the requesting user holds every permission it implies
+//! ([`authority`]), and stamps what passes with a signed [`approval`]
+//! ([`admission`]); the reconciler runs only approved specs. `kite crd`
 //! prints the [`resource`] definitions, kept in `crds/starlarkcontroller.yaml`.
 
+pub mod admission;
 pub mod approval;
+pub mod assessment;
 pub mod authority;
 pub mod ceiling;
+pub mod certs;
 pub mod confinement;
 pub mod decision;
 pub mod grants;
@@ -18,10 +27,13 @@ pub mod hosted;
 pub mod identity;
 pub mod manager;
 pub mod reconciler;
+pub mod registration;
 pub mod registry;
 pub mod resource;
 pub mod status;
 pub mod tenant;
+pub mod trigger;
+pub mod webhook;
 
 pub use resource::{
     ClusterStarlarkController, ClusterStarlarkControllerSpec, ControlOverrides, Phase,

@@ -5,27 +5,26 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::{Api, ResourceExt};
 
+use super::approval;
+use super::assessment::{self, Assessment, Runnable, assessment, read_script};
+use super::authority::{self, first_denied};
 use super::ceiling::{self, Ceiling};
-use super::confinement;
 use super::decision::{Decision, publish, stop};
 use super::grants::{self, Grant};
 use super::hosted::{self, Plan};
 use super::identity;
-use super::registry::Registry;
-use super::resource::{Phase, StarlarkControllerSpec};
+use super::registry::{Authority, Registry};
+use super::resource::Phase;
 use super::status::Verdict;
 use super::tenant::Tenant;
 use crate::k8s::discovery::Discovery;
-use crate::rbac::{Catalog, Inference, WatchNamespace};
-use crate::script::vars::Vars;
 
 /// Keeps a StarlarkController until its controller is stopped and its cluster-wide
 /// RBAC is removed (the garbage collector cannot remove cluster-scoped objects owned by
@@ -51,6 +50,10 @@ pub struct Context {
     pub limits: crate::script::host::Limits,
     /// Where ClusterStarlarkControllers' ServiceAccounts and scripts live.
     pub operator_namespace: String,
+    /// Signs and checks the approvals the admission webhook stamps.
+    pub approval: approval::Key,
+    /// The operator's lease, when it elects a leader.
+    pub lease: Option<Arc<crate::control::leader::Validity>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,8 @@ pub enum Error {
     ReadCeiling(ceiling::Error),
     #[error("building the impersonating client: {0}")]
     Impersonate(#[source] kube::Error),
+    #[error("checking the author's permissions: {0}")]
+    CheckAuthor(#[source] authority::Error),
     #[error("the finalizer: {0}")]
     Finalize(#[source] Box<finalizer::Error<Error>>),
 }
@@ -113,31 +118,6 @@ pub fn service_account_name(name: &str, cluster: bool) -> String {
     format!("{}-{hash}", short.trim_end_matches('-'))
 }
 
-async fn read_script(
-    ctx: &Context,
-    spec: &StarlarkControllerSpec,
-    home: &str,
-) -> Result<Result<String, String>> {
-    if let Some(s) = &spec.script {
-        return Ok(Ok(s.clone()));
-    }
-    let Some(from) = &spec.script_from else {
-        return Ok(Err("spec.script or spec.scriptFrom is required".into()));
-    };
-    let r = &from.config_map_key_ref;
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), home);
-    match api.get_opt(&r.name).await.map_err(Error::ReadScript)? {
-        None => Ok(Err(format!("ConfigMap {home}/{} does not exist", r.name))),
-        Some(cm) => match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
-            Some(text) => Ok(Ok(text.clone())),
-            None => Ok(Err(format!(
-                "ConfigMap {home}/{} has no key {:?}",
-                r.name, r.key
-            ))),
-        },
-    }
-}
-
 async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     let spec = cr.common_spec();
     let home = cr.home(&ctx.operator_namespace);
@@ -145,7 +125,9 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     let key = cr.key();
     let uid = cr.uid().unwrap_or_default();
     let generation = cr.meta().generation.unwrap_or(0);
-    let script = read_script(ctx, &spec, &home).await?;
+    let script = read_script(&ctx.client, &spec, &home)
+        .await
+        .map_err(Error::ReadScript)?;
     // The ceiling is part of what was decided: when the administrator changes it, every
     // controller is checked against it again (at the latest on the next RECHECK).
     let ceiling = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
@@ -153,15 +135,17 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         Err(e @ ceiling::Error::FindCeiling(_)) => Err(e.to_string()),
         Err(e) => return Err(Error::ReadCeiling(e)),
     };
+    let approval = cr.annotations().get(approval::ANNOTATION).cloned();
     let fingerprint = {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         let bound = ceiling.as_ref().map(Ceiling::fingerprint);
-        (generation, &uid, &script, bound).hash(&mut h);
+        (generation, &uid, &script, bound, &approval).hash(&mut h);
         h.finish()
     };
     let previous = ctx.registry.fingerprint(&key);
     if previous == Some(fingerprint) {
-        // Nothing new to decide; but someone may have deleted or edited what was granted.
+        // Nothing new to decide; but someone may have deleted or edited what was
+        // granted, or the author may have lost a permission.
         if let Some(grant) = ctx.registry.take_changed_grants(&key) {
             if let Err(e) = grant.restore(&ctx.client).await {
                 ctx.registry.grants_changed(&grant.uid);
@@ -169,7 +153,18 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             }
             tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
         }
-        return Ok(Action::requeue(RECHECK));
+        let Some(authority) = ctx.registry.authority_due(&key, RECHECK) else {
+            return Ok(Action::requeue(RECHECK));
+        };
+        match first_denied(&ctx.client, &authority.author, &authority.permissions).await {
+            Ok(None) => return Ok(Action::requeue(RECHECK)),
+            // Decide again: the author check below now refuses it.
+            Ok(Some(_)) => {}
+            Err(e) => {
+                ctx.registry.author_unchecked(&key);
+                return Err(Error::CheckAuthor(e));
+            }
+        }
     }
     let mut d = Decision::new(ctx, cr.object_ref(&()), key, uid);
     d.fingerprint = fingerprint;
@@ -180,64 +175,27 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         .as_ref()
         .map(|f| (home.clone(), f.config_map_key_ref.name.clone()));
 
-    if spec.suspend {
-        d.outcome.phase = Phase::Suspended;
-        d.outcome.conditions = vec![Verdict::no("Ready", "Suspended", "spec.suspend is true")];
-        d.finish(None).await;
-        return Ok(Action::await_change());
-    }
-    let script = match script {
-        Ok(s) => s,
-        Err(message) => {
-            d.invalid("ScriptNotFound", message).await;
+    let runnable = match assessment(ctx, cr, script).await {
+        Assessment::Suspended => {
+            d.outcome.phase = Phase::Suspended;
+            d.outcome.conditions = vec![Verdict::no("Ready", "Suspended", "spec.suspend is true")];
+            d.finish(None).await;
             return Ok(Action::await_change());
         }
-    };
-    let watch_override = spec.control.as_ref().and_then(|c| c.namespace.clone());
-    if K::CONFINED
-        && let Some(other) = watch_override.as_deref().filter(|other| *other != home)
-    {
-        let message = format!(
-            "spec.control.namespace: {other:?} is not the StarlarkController's own namespace {home:?}; \
-             a StarlarkController is confined to its namespace (use a ClusterStarlarkController)"
-        );
-        d.invalid("OutsideNamespace", message).await;
-        return Ok(Action::await_change());
-    }
-    let file_name = format!("{name}.star");
-    if let Err(e) = crate::script::check::check_text(&file_name, &script) {
-        d.invalid("ScriptInvalid", e.to_string().trim_end().to_owned())
-            .await;
-        return Ok(Action::await_change());
-    }
-    let watch = WatchNamespace {
-        replace: watch_override.as_deref(),
-        default: K::CONFINED.then_some(home.as_str()),
-    };
-    let inference = match infer(ctx, &spec, &file_name, &script, watch).await {
-        Ok(i) => i,
-        Err(e) => {
-            d.invalid("ScriptInvalid", e.to_string()).await;
+        Assessment::Invalid { reason, message } => {
+            d.invalid(reason, message).await;
             return Ok(Action::await_change());
         }
+        Assessment::Outside(message) => {
+            d.denied(valid(), "OutsideNamespace", message).await;
+            return Ok(Action::await_change());
+        }
+        Assessment::Runnable(r) => r,
     };
-    if let Some(message) = confinement::first_unresolved(&inference) {
-        d.invalid("NotInferable", message).await;
-        return Ok(Action::await_change());
-    }
-    let valid = Verdict::yes("ScriptValid", "Valid", "parsed and linted");
-
-    let resolved = inference.rules.resolved(&home);
-    if K::CONFINED
-        && let Some(message) = confinement::first_outside(&resolved, &home)
-    {
-        d.denied(valid, "OutsideNamespace", message).await;
-        return Ok(Action::await_change());
-    }
     // The ceiling bounds what the script needs even when it runs as an existing
     // ServiceAccount (whose own permissions the administrator then answers for).
     let denied = match &ceiling {
-        Ok(c) => c.first_outside(&resolved).map(|rule| {
+        Ok(c) => c.first_outside(&runnable.resolved).map(|rule| {
             format!(
                 "the ceiling ClusterRole {:?} does not allow {rule}",
                 ctx.ceiling
@@ -247,10 +205,58 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     };
     if let Some(message) = denied {
         d.retry_later()
-            .denied(valid, "BeyondCeiling", message)
+            .denied(valid(), "BeyondCeiling", message)
             .await;
         return Ok(Action::requeue(RETRY));
     }
+    // Only what the operator's webhook approved runs, and only as far as its author
+    // could go themselves.
+    let spec_json = serde_json::to_value(&spec).unwrap_or_default();
+    let namespace = cr.namespace().unwrap_or_default();
+    let subject = approval::Subject {
+        kind: K::KIND,
+        namespace: &namespace,
+        name: &name,
+        spec: &spec_json,
+    };
+    let author = match ctx.approval.verify(subject, approval.as_deref()) {
+        Ok(author) => author,
+        Err(e) => {
+            let resource = match cr.namespace() {
+                Some(ns) => format!("{} {name} -n {ns}", K::KIND.to_lowercase()),
+                None => format!("{} {name}", K::KIND.to_lowercase()),
+            };
+            let message = format!(
+                "{e}; to have it reviewed, change it through the API server with the webhook in place, \
+                 e.g. kubectl annotate {resource} {}=review --overwrite",
+                approval::ANNOTATION
+            );
+            d.denied(valid(), "NotApproved", message).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let permissions = assessment::permissions(cr, &runnable, &ctx.operator_namespace);
+    match first_denied(&ctx.client, &author, &permissions).await {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            // Looked at again later: the author may be given the permission.
+            d.retry_later()
+                .denied(valid(), "AuthorForbidden", message)
+                .await;
+            return Ok(Action::requeue(RECHECK));
+        }
+        Err(e) => return Err(Error::CheckAuthor(e)),
+    }
+    d.authority = Some(Arc::new(Authority {
+        author,
+        permissions,
+    }));
+    let Runnable {
+        script,
+        file_name,
+        inference,
+        ..
+    } = runnable;
     let sa = match &spec.service_account_name {
         Some(existing) => existing.clone(),
         None => {
@@ -287,6 +293,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         handler_budget: ctx.handler_budget,
         limits: ctx.limits.clone(),
         confined: K::CONFINED,
+        lease: ctx.lease.clone(),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {
@@ -301,7 +308,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             d.outcome.phase = Phase::Running;
             d.outcome.watching = Some(h.watching.clone());
             d.outcome.started_at = Some(Time(Timestamp::now()));
-            d.outcome.conditions = vec![valid, rbac, Verdict::yes("Ready", "Running", message)];
+            d.outcome.conditions = vec![valid(), rbac, Verdict::yes("Ready", "Running", message)];
             let (reason, note) = if d.first {
                 ("Started", "started")
             } else {
@@ -323,36 +330,14 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         }
         Err(e) => {
             let message = e.to_string();
-            d.outcome.conditions = vec![valid, rbac, Verdict::no("Ready", "StartFailed", &message)];
+            d.outcome.conditions =
+                vec![valid(), rbac, Verdict::no("Ready", "StartFailed", &message)];
             d.outcome.error = Some(message.clone());
             d.event(EventType::Warning, "StartFailed", &message).await;
             d.retry_later().finish(None).await;
             Ok(Action::requeue(RETRY))
         }
     }
-}
-
-/// The kinds the script may name: built in, and whatever the cluster serves.
-async fn infer(
-    ctx: &Context,
-    spec: &StarlarkControllerSpec,
-    file_name: &str,
-    script: &str,
-    watch: WatchNamespace<'_>,
-) -> crate::rbac::Result<Inference> {
-    let vars = Vars::from_map(spec.vars.clone());
-    let run = |resources| {
-        let mut catalog = Catalog::builtin();
-        catalog.add_discovered(resources);
-        crate::rbac::infer_text(file_name, script, catalog, &vars, watch)
-    };
-    let first = run(ctx.discovery.all().await.unwrap_or_default())?;
-    if first.warnings.iter().any(|w| w.contains("--crd")) {
-        // A CRD created since discovery was cached: look again once.
-        ctx.discovery.invalidate();
-        return run(ctx.discovery.all().await.unwrap_or_default());
-    }
-    Ok(first)
 }
 
 async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
@@ -370,6 +355,10 @@ async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     }
     grants::remove(&ctx.client, &cr.uid().unwrap_or_default()).await?;
     Ok(Action::await_change())
+}
+
+fn valid() -> Verdict {
+    Verdict::yes("ScriptValid", "Valid", "parsed and linted")
 }
 
 #[cfg(test)]

@@ -2,7 +2,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use super::approval::Author;
+use super::authority::Permission;
 use super::grants::Grant;
 use super::hosted::Hosted;
 use super::resource::StarlarkControllerStatus;
@@ -28,6 +31,17 @@ pub struct Entry {
     pub grants: Option<Arc<Grant>>,
     /// Set when a generated object changed; the next reconcile re-applies the grants.
     pub grants_changed: bool,
+    /// Who approved what runs, and what they must keep holding; checked again now and
+    /// then, since an author can lose permissions without any change here.
+    pub authority: Option<Arc<Authority>>,
+    pub authority_checked: Option<Instant>,
+}
+
+/// The author of a running controller and the permissions it was granted on their behalf.
+#[derive(Debug)]
+pub struct Authority {
+    pub author: Author,
+    pub permissions: Vec<Permission>,
 }
 
 /// The entries, behind a lock that is never held across an await.
@@ -75,6 +89,34 @@ impl Registry {
         if let Some(e) = self.lock().get_mut(key) {
             e.grants = grants;
             e.grants_changed = false;
+        }
+    }
+
+    /// Remembers who approved what runs for `key` (None: nothing runs), as checked now.
+    pub fn set_authority(&self, key: &Key, authority: Option<Arc<Authority>>) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.authority = authority;
+            e.authority_checked = Some(Instant::now());
+        }
+    }
+
+    /// The authority of `key` if it was last checked more than `period` ago; it counts
+    /// as checked from now (so that concurrent reconciles do not check it twice).
+    pub fn authority_due(&self, key: &Key, period: Duration) -> Option<Arc<Authority>> {
+        let mut entries = self.lock();
+        let e = entries.get_mut(key)?;
+        let due = e.authority_checked.is_none_or(|t| t.elapsed() >= period);
+        if !due {
+            return None;
+        }
+        e.authority_checked = Some(Instant::now());
+        e.authority.clone()
+    }
+
+    /// Makes the author check of `key` due again (the last one could not finish).
+    pub fn author_unchecked(&self, key: &Key) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.authority_checked = None;
         }
     }
 
@@ -152,15 +194,25 @@ impl Registry {
         }
     }
 
-    /// Every hosted controller's metric series, labelled by StarlarkController.
-    pub fn render_metrics(&self, out: &mut String) {
-        for ((ns, name), e) in self.lock().iter() {
-            if let Some(h) = &e.hosted {
-                let cr = format!("{ns}/{name}");
-                h.controller
-                    .render_metrics(&[("starlarkcontroller", &cr)], out);
-            }
-        }
+    /// Adds every hosted controller's metric series, labelled by StarlarkController.
+    pub fn add_metrics(&self, scrape: &mut crate::control::metrics::Scrape) {
+        let entries = self.lock();
+        let hosted: Vec<(String, &Hosted)> = entries
+            .iter()
+            .filter_map(|((ns, name), e)| {
+                let shown = if ns.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{ns}/{name}")
+                };
+                e.hosted.as_ref().map(|h| (shown, h))
+            })
+            .collect();
+        let series = hosted
+            .into_iter()
+            .map(|(cr, h)| h.controller.series(vec![("starlarkcontroller", cr)]))
+            .collect();
+        scrape.controllers(series);
     }
 
     /// How many StarlarkControllers are running.

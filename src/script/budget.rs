@@ -12,15 +12,43 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// How often a blocked builtin looks at the stop flag.
+/// How often a blocked builtin looks at the stop condition.
 const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// What ends a script call early besides its deadline: its controller stopping, or
+/// losing the lease it runs under. Checked between Starlark instructions and, while a
+/// builtin blocks, every `STOP_POLL`.
+#[derive(Clone)]
+pub struct Cancel(Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl Cancel {
+    /// Cancelled once `f` says so.
+    pub fn new(f: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        Cancel(Arc::new(f))
+    }
+
+    /// Cancelled once `flag` is set.
+    pub fn flag(flag: Arc<AtomicBool>) -> Self {
+        Cancel::new(move || flag.load(Ordering::Relaxed))
+    }
+
+    pub fn is_set(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cancel(set: {})", self.is_set())
+    }
+}
 
 /// The budget of one script call.
 #[derive(Clone, Debug)]
 pub struct Budget {
     pub deadline: Instant,
-    /// Set when the call's controller stops.
-    pub stop: Option<Arc<AtomicBool>>,
+    /// Set when the call's controller stops or loses its lease.
+    pub stop: Option<Cancel>,
 }
 
 thread_local! {
@@ -32,7 +60,7 @@ thread_local! {
 pub enum Interrupted {
     #[error("the handler ran out of its time budget")]
     OverBudget,
-    #[error("the controller is stopping")]
+    #[error("the controller is stopping, or lost its leader-election lease")]
     Stopped,
 }
 
@@ -66,12 +94,16 @@ pub fn block_on<T>(
     let Some(budget) = current() else {
         return Ok(runtime.block_on(fut));
     };
+    // Nothing starts once cancelled (a write must not go out after the lease is lost).
+    if budget.stop.as_ref().is_some_and(Cancel::is_set) {
+        return Err(Interrupted::Stopped);
+    }
     runtime.block_on(async move {
         let deadline = tokio::time::Instant::from_std(budget.deadline);
         let stopped = async {
             match &budget.stop {
                 Some(stop) => loop {
-                    if stop.load(Ordering::Relaxed) {
+                    if stop.is_set() {
                         return;
                     }
                     tokio::time::sleep(STOP_POLL).await;
@@ -116,7 +148,7 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(true));
         let budget = Budget {
             deadline: Instant::now() + Duration::from_secs(3600),
-            stop: Some(stop),
+            stop: Some(Cancel::flag(stop)),
         };
         let r = scope(budget, || block_on(rt.handle(), forever()));
         assert_eq!(r, Err(Interrupted::Stopped));

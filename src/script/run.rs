@@ -13,7 +13,6 @@ use super::host::{ControlRequest, Host};
 use super::loader::{LoadCache, Loader, dialect, display_name};
 use super::syntax;
 use super::{budget, memory};
-use crate::control::handlers::Handlers;
 
 /// Why a run failed, which decides the exit code.
 #[derive(Debug, thiserror::Error)]
@@ -61,11 +60,13 @@ pub fn parse(path: &Path) -> Result<(AstModule, String)> {
 pub enum Finished {
     /// The script ran to completion.
     Done,
-    /// The script called `k8s.control(...)`: the controller to start, with the script's
-    /// frozen handlers.
+    /// The script called `k8s.control(...)`: the controller to start, and the frozen
+    /// module that holds its handlers.
     Controller {
         request: Box<ControlRequest>,
-        handlers: Box<Handlers>,
+        module: FrozenModule,
+        /// Where each function of the script is defined (`name` to `file:line:col`).
+        positions: std::collections::HashMap<String, String>,
     },
 }
 
@@ -184,12 +185,10 @@ fn evaluate(
     let (Some(frozen), Some(request)) = (frozen, host.take_control()) else {
         return Ok(Finished::Done);
     };
-    let mut handlers = Handlers::from_module(frozen)
-        .ok_or_else(|| Error::Script(format!("error: {}", crate::k8s::module::CONTROL_STARTED)))?;
-    handlers.positions = positions;
     Ok(Finished::Controller {
         request: Box::new(request),
-        handlers: Box::new(handlers),
+        module: frozen,
+        positions,
     })
 }
 

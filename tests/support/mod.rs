@@ -5,7 +5,9 @@
 //! test ends, passed or failed. Tests may run in parallel.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod etcd;
 pub mod operator;
+pub mod proxy;
 
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
@@ -205,6 +207,8 @@ pub struct Kite {
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
     readers: Vec<tokio::task::JoinHandle<()>>,
+    /// The pid it started with (names its log file after it has exited).
+    started: u32,
 }
 
 /// The path of the `kite` binary under test.
@@ -228,10 +232,28 @@ impl Kite {
         let (stdout, out_reader) = collect(child.stdout.take().unwrap());
         let (stderr, err_reader) = collect(child.stderr.take().unwrap());
         Self {
+            started: child.id().unwrap_or_default(),
             child,
             stdout,
             stderr,
             readers: vec![out_reader, err_reader],
+        }
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Kills the process and waits (up to 5 s) until it is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -276,6 +298,13 @@ impl Kite {
 
 impl Drop for Kite {
     fn drop(&mut self) {
+        // KITE_TEST_LOGS=DIR keeps everything each kite said, for reading a failure
+        // whose cause scrolled out of the tail below.
+        if let Some(dir) = std::env::var_os("KITE_TEST_LOGS") {
+            let path = PathBuf::from(dir).join(format!("kite-{}.log", self.started));
+            let all = [self.stdout(), vec!["--- stderr ---".into()], self.stderr()].concat();
+            let _ = std::fs::write(path, all.join("\n"));
+        }
         // A failing test shows what kite said; the process itself is killed on drop.
         if std::thread::panicking() {
             let tail = |lines: Vec<String>| lines[lines.len().saturating_sub(60)..].join("\n");
@@ -454,4 +483,96 @@ pub async fn create_enforced_deployment(ns: &str, name: &str, replicas: u32) {
         "enforce-max-replicas=true",
     ])
     .await;
+}
+
+/// Sends a signal (`-STOP`, `-CONT`) to a process the test started.
+pub fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Kills the local API server (as a crash would) and starts it again with the same
+/// state, waiting until it is ready.
+pub async fn restart_apiserver() {
+    let out = tokio::process::Command::new(repo_root().join("tests/cluster/restart-apiserver.sh"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "restart failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `tests/scripts/control/cap.star` (Deployments in `ns` capped at 2 replicas) on a
+/// free health port, started; returns it and the port.
+pub async fn cap_controller(ns: &str) -> (Kite, u16) {
+    let port = free_port();
+    let mut kite = Kite::spawn(&[
+        "run",
+        "tests/scripts/control/cap.star",
+        "--allow-k8s",
+        "--var",
+        &format!("namespace={ns}"),
+        "--var",
+        &format!("port={port}"),
+    ]);
+    kite.wait_stdout("cap controller started", Duration::from_secs(30))
+        .await;
+    (kite, port)
+}
+
+/// A process's resident memory in KiB (0 once it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every version of one object's field, in order, as `kubectl get --watch` sees it.
+pub struct Versions {
+    _watch: tokio::process::Child,
+    seen: Arc<Mutex<Vec<String>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Versions {
+    /// Starts recording `jsonpath` (e.g. `{.data.by}`) of `kind/name` in `ns`.
+    pub fn record(kind: &str, name: &str, ns: &str, jsonpath: &str) -> Self {
+        let mut watch = tokio::process::Command::new("kubectl")
+            .args([
+                "get",
+                kind,
+                name,
+                "-n",
+                ns,
+                "--watch",
+                "-o",
+                &format!("jsonpath={jsonpath}{{\"\\n\"}}"),
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let (seen, reader) = collect(watch.stdout.take().unwrap());
+        Versions {
+            _watch: watch,
+            seen,
+            reader,
+        }
+    }
+
+    /// Stops recording; the versions seen.
+    pub fn stop(self) -> Vec<String> {
+        self.reader.abort();
+        self.seen.lock().unwrap().clone()
+    }
 }

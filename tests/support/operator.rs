@@ -53,11 +53,39 @@ impl Drop for Ceiling {
     }
 }
 
+/// A MutatingWebhookConfiguration a test's operator registered, deleted when dropped
+/// (drop it after the operator, which would otherwise restore it).
+pub struct WebhookConfiguration(pub String);
+
+impl WebhookConfiguration {
+    pub fn new(ns: &str) -> Self {
+        WebhookConfiguration(format!("kite-test-{ns}"))
+    }
+}
+
+impl Drop for WebhookConfiguration {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "mutatingwebhookconfiguration",
+                &self.0,
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// An operator for `ns`, ready to serve.
 pub struct Operator {
     pub kite: Kite,
     pub port: u16,
     pub ns: String,
+    pub webhook: WebhookConfiguration,
 }
 
 impl Drop for Operator {
@@ -87,6 +115,8 @@ impl Drop for Operator {
                 r#"{"metadata":{"finalizers":null}}"#,
             ]);
         }
+        // Then the webhook configuration goes (once the operator cannot restore it).
+        self.kite.kill();
     }
 }
 
@@ -99,6 +129,7 @@ impl Operator {
     /// serve; `ns` is where its StarlarkControllers are cleaned up from.
     pub async fn start_with(ns: &str, ceiling: &Ceiling, args: &[&str]) -> Self {
         let port = free_port().to_string();
+        let webhook = WebhookConfiguration::new(ns);
         let mut all = vec![
             "operator",
             "--ceiling",
@@ -107,6 +138,10 @@ impl Operator {
             &port,
             "--status-period",
             "1s",
+            "--webhook-port",
+            "0",
+            "--webhook-configuration",
+            &webhook.0,
         ];
         all.extend_from_slice(args);
         let kite = Kite::spawn(&all);
@@ -119,6 +154,7 @@ impl Operator {
             kite,
             port: port.parse().unwrap(),
             ns: ns.to_owned(),
+            webhook,
         }
     }
 
@@ -208,4 +244,52 @@ pub async fn replicas_become(ns: &str, deployment: &str, want: &str) {
         || async { jsonpath("deployment", deployment, ns, "{.spec.replicas}").await == want },
     )
     .await;
+}
+
+/// Asserts that `text` is a valid Prometheus exposition as far as grouping goes: each
+/// metric family has one TYPE line, and its samples follow it without another family's
+/// in between (Prometheus rejects a scrape otherwise).
+pub fn assert_grouped_exposition(text: &str) {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let name = rest.split(' ').next().unwrap_or_default().to_owned();
+            assert!(
+                seen.insert(name.clone()),
+                "{name} has two TYPE lines:\n{text}"
+            );
+            current = Some(name);
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let sample = line.split(['{', ' ']).next().unwrap_or_default();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| sample.strip_suffix(s))
+                .filter(|f| current.as_deref() == Some(*f))
+                .unwrap_or(sample);
+            if seen.contains(family) {
+                assert_eq!(
+                    current.as_deref(),
+                    Some(family),
+                    "a sample of {family} outside its group:\n{text}"
+                );
+            }
+        }
+    }
+}
+
+/// The generated ServiceAccounts, Roles and RoleBindings (in any namespace) of the
+/// controller resource with `uid`, by their owner label; "" when there are none.
+pub async fn generated_for(uid: &str) -> String {
+    let out = kubectl_ok(&[
+        "get",
+        "serviceaccounts,roles,rolebindings",
+        "-A",
+        "-l",
+        &format!("starkite.io/owner-uid={uid}"),
+        "-o",
+        "name",
+    ])
+    .await;
+    out.trim().to_owned()
 }

@@ -284,25 +284,9 @@ pub(super) fn short(v: &Json) -> String {
 fn suggestion(key: &str, keywords: &[&str]) -> String {
     keywords
         .iter()
-        .map(|k| (distance(key, k), k))
+        .map(|k| (strsim::levenshtein(key, k), k))
         .filter(|(d, k)| *d <= 2 && *d < k.len())
         .min()
         .map(|(_, k)| format!(" (did you mean {k:?}?)"))
         .unwrap_or_default()
-}
-
-/// Levenshtein distance; keywords are short so the quadratic cost is nothing.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }

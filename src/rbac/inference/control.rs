@@ -287,7 +287,16 @@ impl<'a> Analyzer<'a> {
             );
             self.out
                 .rules
-                .add(&ar.group, &status, &["patch"], pscope, &[], site);
+                .add(&ar.group, &status, &["patch"], pscope.clone(), &[], site);
+            // A Ready write that conflicts with another writer re-reads the parent.
+            let site = self.site(
+                module,
+                call,
+                format!("k8s.control({kind:?}) children: re-reading the parent after a conflicting Ready write"),
+            );
+            self.out
+                .rules
+                .add(&ar.group, &ar.plural, &["get"], pscope, &[], site);
         }
     }
 }

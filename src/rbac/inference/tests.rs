@@ -128,7 +128,7 @@ fn children_built_in_helpers_and_loaded_files_are_owned_kinds() {
             "namespace web /events: create,get,patch",
             "namespace web /services: create,delete,list,patch,watch",
             "namespace web apps/deployments: create,delete,list,patch,watch",
-            "namespace web apps/statefulsets: list,patch,watch",
+            "namespace web apps/statefulsets: get,list,patch,watch",
             "namespace web apps/statefulsets/status: patch",
         ]
     );

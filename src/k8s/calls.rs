@@ -1,0 +1,502 @@
+//! The bodies of the `k8s` client's functions: `get`, `list`, `apply`, `patch`, `delete`,
+//! `wait_for`, `watch`, `control`, and the rest. The client value is [`super::module`].
+#![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
+
+use serde_json::{Value as Json, json};
+use starlark::collections::SmallMap;
+use starlark::environment::MethodsBuilder;
+use starlark::eval::Evaluator;
+use starlark::starlark_module;
+use starlark::values::none::{NoneOr, NoneType};
+use starlark::values::tuple::UnpackTuple;
+use starlark::values::{Heap, Value, ValueLike, list::AllocList};
+
+use super::module::{CONTROL_STARTED, Call, K8sClient, opt, within_limits};
+use super::ops::{self, Target};
+use super::session::SessionKey;
+use super::{event, manifest, wait, watch};
+use crate::script::host::{ControlRequest, Host};
+use crate::script::json::{from_starlark, to_starlark};
+use crate::script::permissions::Access;
+
+#[starlark_module]
+pub(super) fn client_methods(builder: &mut MethodsBuilder) {
+    /// GET one object: `k8s.get("deploy", "web", namespace="default")`.
+    fn get<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "get", timeout)?;
+        let obj = call.run(ops::get(&call.session, kind, name, opt(namespace)))?;
+        Ok(to_starlark(eval.heap(), &obj))
+    }
+
+    /// LIST objects: `k8s.list("pods", namespace="x", labels="app=web", fields=...)`.
+    /// `namespace="*"` lists across all namespaces.
+    fn list<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] labels: NoneOr<Value<'v>>,
+        #[starlark(require = named, default = NoneOr::None)] fields: NoneOr<Value<'v>>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "list", timeout)?;
+        let labels = selector(labels.into_option(), "labels")?;
+        let fields = selector(fields.into_option(), "fields")?;
+        let items = call.run(ops::list(
+            &call.session,
+            kind,
+            opt(namespace),
+            labels.as_deref(),
+            fields.as_deref(),
+        ))?;
+        let heap = eval.heap();
+        Ok(heap.alloc(AllocList(items.iter().map(|o| to_starlark(heap, o)))))
+    }
+
+    /// POST a manifest (dict, AttrDict, builder result or YAML); returns the created object.
+    fn create<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] manifest: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = false)] dry_run: bool,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "create", timeout)?;
+        let docs = manifest::manifests(manifest).map_err(|e| anyhow::anyhow!("k8s.create: {e}"))?;
+        let mut out = Vec::with_capacity(docs.len());
+        for doc in &docs {
+            let created = call.run(ops::create(&call.session, doc, opt(namespace), dry_run))?;
+            call.dry_run_note("created", &created);
+            call.wrote(&created);
+            out.push(created);
+        }
+        Ok(one_or_list(
+            eval.heap(),
+            &out,
+            docs.len() == 1 && !is_list(manifest),
+        ))
+    }
+
+    /// Server-side apply of one manifest or many; returns the applied object(s).
+    fn apply<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] manifest: Value<'v>,
+        #[starlark(require = named, default = "starkite")] field_manager: &str,
+        #[starlark(require = named, default = false)] force: bool,
+        #[starlark(require = named, default = false)] dry_run: bool,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "apply", timeout)?;
+        let docs = manifest::manifests(manifest).map_err(|e| anyhow::anyhow!("k8s.apply: {e}"))?;
+        let mut out = Vec::with_capacity(docs.len());
+        for doc in &docs {
+            let applied = call.run(ops::apply(
+                &call.session,
+                doc,
+                opt(namespace),
+                field_manager,
+                force,
+                dry_run,
+            ))?;
+            call.dry_run_note("serverside-applied", &applied);
+            call.wrote(&applied);
+            out.push(applied);
+        }
+        Ok(one_or_list(
+            eval.heap(),
+            &out,
+            docs.len() == 1 && !is_list(manifest),
+        ))
+    }
+
+    /// DELETE one object. `propagation` is Background, Foreground or Orphan.
+    fn delete<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = "Background")] propagation: &str,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneOr<bool>> {
+        let call = Call::new(eval, this, "delete", timeout)?;
+        call.run(ops::delete(
+            &call.session,
+            kind,
+            name,
+            opt(namespace),
+            propagation,
+        ))?;
+        if call.session.dry_run {
+            println!("{kind}/{name} deleted (server dry run)");
+        }
+        Ok(NoneOr::None)
+    }
+
+    /// PATCH one object; `type` is merge, strategic or json.
+    fn patch<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = pos)] patch: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = "merge")] r#type: &str,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "patch", timeout)?;
+        let body = ops::patch_body(r#type, from_starlark(patch)?)
+            .map_err(|e| anyhow::anyhow!("k8s.patch: {e}"))?;
+        let out = call.run(async {
+            let target = Target::resolve(&call.session, kind, opt(namespace)).await?;
+            ops::patch(&call.session, &target, name, &body, false).await
+        })?;
+        call.dry_run_note("patched", &out);
+        call.wrote(&out);
+        Ok(to_starlark(eval.heap(), &out))
+    }
+
+    /// Sets labels on an object; a None value removes the label.
+    fn label<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = pos)] labels: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        meta_patch(
+            eval, this, "label", "labels", kind, name, labels, namespace, timeout,
+        )
+    }
+
+    /// Sets annotations on an object; a None value removes the annotation.
+    fn annotate<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = pos)] annotations: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        meta_patch(
+            eval,
+            this,
+            "annotate",
+            "annotations",
+            kind,
+            name,
+            annotations,
+            namespace,
+            timeout,
+        )
+    }
+
+    /// Merges `status` into the object's status subresource.
+    fn status<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] obj: Value<'v>,
+        #[starlark(require = pos)] status: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "status", timeout)?;
+        let obj = from_starlark(obj)?;
+        let body = json!({"status": from_starlark(status)?});
+        let out = call.run(async {
+            let (target, name) = ops::manifest_target(&call.session, &obj, None).await?;
+            ops::patch(
+                &call.session,
+                &target,
+                &name,
+                &kube::api::Patch::Merge(body),
+                true,
+            )
+            .await
+        })?;
+        call.wrote(&out);
+        Ok(to_starlark(eval.heap(), &out))
+    }
+
+    /// Records an Event on `obj`; identical events are aggregated (count goes up).
+    fn event<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] obj: Value<'v>,
+        #[starlark(require = named)] reason: &str,
+        #[starlark(require = named, default = "")] message: &str,
+        #[starlark(require = named, default = "Normal")] r#type: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "event", timeout)?;
+        let obj = from_starlark(obj)?;
+        let spec = event::EventSpec {
+            reason,
+            message,
+            type_: r#type,
+            namespace: opt(namespace),
+        };
+        let out = call.run(event::record(&call.session, &obj, &spec))?;
+        Ok(to_starlark(eval.heap(), &out))
+    }
+
+    /// Waits until `condition` holds: a status condition type such as "Available",
+    /// "Ready", "Established" or "Complete"; "deleted"; or None (the object exists).
+    fn wait_for<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = named, default = NoneOr::None)] condition: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = "60s")] timeout: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "wait_for", NoneOr::Other(timeout))?;
+        let condition = wait::Condition::parse(opt(condition));
+        // The wait itself owns the deadline; the outer one only guards against a hang.
+        let inner = call.timeout;
+        let out = crate::script::budget::block_on(&call.host.runtime, async {
+            let target = Target::resolve(&call.session, kind, opt(namespace)).await?;
+            wait::wait_for(&call.session, &target, name, &condition, inner).await
+        });
+        let out = out
+            .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?
+            .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?;
+        Ok(out
+            .map(|o| to_starlark(eval.heap(), &o))
+            .unwrap_or(Value::new_none()))
+    }
+
+    /// Watches a kind. With `handler`, calls `handler(event, obj)` for each event until
+    /// it returns False or `timeout` passes; without, returns the events seen within
+    /// `timeout` as a list of `{"type": ..., "object": ...}`.
+    fn watch<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] kind: &str,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] labels: NoneOr<Value<'v>>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] handler: NoneOr<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let handler = handler.into_option();
+        if handler.is_none() && timeout.is_none() {
+            anyhow::bail!("k8s.watch: give timeout= or handler=, or it would never return");
+        }
+        let limit = match timeout.into_option() {
+            Some(t) => Some(
+                crate::duration::parse(t)
+                    .map_err(|e| anyhow::anyhow!("k8s.watch: timeout: {e}"))?,
+            ),
+            None => None,
+        };
+        let call = Call::new(eval, this, "watch", NoneOr::None)?;
+        let labels = selector(labels.into_option(), "labels")?;
+        let target = call.run(Target::resolve(&call.session, kind, opt(namespace)))?;
+        let runtime = call.host.runtime.clone();
+        let mut watch = watch::start(&runtime, call.session.clone(), target, labels);
+        let deadline = limit.map(|l| tokio::time::Instant::now() + l);
+        let mut seen = Vec::new();
+        loop {
+            let next = crate::script::budget::block_on(&runtime, async {
+                match deadline {
+                    Some(d) => tokio::time::timeout_at(d, watch.events.recv())
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => watch.events.recv().await,
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;
+            let Some(event) = next else { break };
+            let (kind, obj) = event.map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;
+            let Some(h) = handler else {
+                seen.push(json!({"type": kind, "object": obj}));
+                continue;
+            };
+            let heap = eval.heap();
+            let args = [heap.alloc(kind), to_starlark(heap, &obj)];
+            let ret = eval
+                .eval_function(h, &args, &[])
+                .map_err(|e| e.into_anyhow())?;
+            if ret.unpack_bool() == Some(false) {
+                break;
+            }
+        }
+        let heap = eval.heap();
+        Ok(heap.alloc(AllocList(seen.iter().map(|e| to_starlark(heap, e)))))
+    }
+
+    /// Renders an object or a list of objects as YAML (no cluster access).
+    fn yaml<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] obj: Value<'v>,
+    ) -> anyhow::Result<String> {
+        let _ = this;
+        let docs = manifest::manifests(obj).map_err(|e| anyhow::anyhow!("k8s.yaml: {e}"))?;
+        manifest::to_yaml(&docs)
+    }
+
+    /// The API server's version, e.g. `k8s.version().gitVersion`.
+    fn version<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "version", timeout)?;
+        let v = call.run(ops::version(&call.session))?;
+        Ok(to_starlark(eval.heap(), &v))
+    }
+
+    /// The kubeconfig context in use.
+    fn context<'v>(
+        #[starlark(this)] this: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<String> {
+        Ok(Call::new(eval, this, "context", NoneOr::None)?
+            .session
+            .context
+            .clone())
+    }
+
+    /// The default namespace of this client.
+    fn namespace_name<'v>(
+        #[starlark(this)] this: Value<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<String> {
+        Ok(Call::new(eval, this, "namespace_name", NoneOr::None)?
+            .session
+            .namespace
+            .clone())
+    }
+
+    /// Every resource type the cluster serves: name, kind, group, version, namespaced,
+    /// short_names, verbs.
+    fn api_resources<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let call = Call::new(eval, this, "api_resources", timeout)?;
+        let all = call.run(async { Ok(call.session.discovery.all().await?) })?;
+        let rows: Vec<Json> = all
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.api_resource.plural, "kind": r.api_resource.kind,
+                    "group": r.api_resource.group, "version": r.api_resource.version,
+                    "api_version": r.api_resource.api_version, "namespaced": r.namespaced,
+                    "short_names": r.short_names, "verbs": r.verbs,
+                })
+            })
+            .collect();
+        let heap = eval.heap();
+        Ok(heap.alloc(AllocList(rows.iter().map(|r| to_starlark(heap, r)))))
+    }
+
+    /// Turns the script into a controller: records the options and handlers, then stops
+    /// the script; kite runs the reconcile loop once the module is frozen.
+    fn control<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(args)] args: UnpackTuple<Value<'v>>,
+        #[starlark(kwargs)] kwargs: SmallMap<String, Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        let host = Host::of(eval)?;
+        host.allow("k8s.control", Access::K8s)?;
+        let (spec, handlers) = crate::control::spec::parse(&args.items, &kwargs)?;
+        within_limits(&spec, &host.limits).map_err(|e| anyhow::anyhow!("k8s.control: {e}"))?;
+        let session = this
+            .downcast_ref::<K8sClient>()
+            .map(|c| c.key.clone())
+            .unwrap_or_default();
+        crate::control::handlers::stash(eval.module(), eval.heap(), &handlers);
+        host.request_control(ControlRequest { spec, session })?;
+        // Unwinds the script; the host sees the request and starts the controller.
+        Err(anyhow::anyhow!(CONTROL_STARTED))
+    }
+
+    /// A client with other settings: `k8s.config(kubeconfig=, context=, namespace=)`.
+    fn config<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = named, default = NoneOr::None)] kubeconfig: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] context: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+    ) -> anyhow::Result<K8sClient> {
+        let base = this
+            .downcast_ref::<K8sClient>()
+            .map(|c| c.key.clone())
+            .unwrap_or_default();
+        Ok(K8sClient {
+            key: SessionKey {
+                kubeconfig: opt(kubeconfig).map(str::to_owned).or(base.kubeconfig),
+                context: opt(context).map(str::to_owned).or(base.context),
+                namespace: opt(namespace).map(str::to_owned).or(base.namespace),
+            },
+            is_module: false,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn meta_patch<'v>(
+    eval: &mut Evaluator<'v, '_, '_>,
+    this: Value<'v>,
+    name_of_call: &'static str,
+    field: &str,
+    kind: &str,
+    name: &str,
+    values: Value<'v>,
+    namespace: NoneOr<&str>,
+    timeout: NoneOr<&str>,
+) -> anyhow::Result<Value<'v>> {
+    let call = Call::new(eval, this, name_of_call, timeout)?;
+    let values = from_starlark(values)?;
+    let Some(map) = values.as_object() else {
+        anyhow::bail!("k8s.{name_of_call}: {field} must be a dict of strings");
+    };
+    if let Some((k, v)) = map.iter().find(|(_, v)| !(v.is_string() || v.is_null())) {
+        anyhow::bail!("k8s.{name_of_call}: {field}[{k:?}] must be a string or None, not {v}");
+    }
+    // A JSON merge patch removes keys whose value is null, which is what None means.
+    let body = kube::api::Patch::Merge(json!({"metadata": {field: values}}));
+    let out = call.run(async {
+        let target = Target::resolve(&call.session, kind, opt(namespace)).await?;
+        ops::patch(&call.session, &target, name, &body, false).await
+    })?;
+    call.dry_run_note("patched", &out);
+    call.wrote(&out);
+    Ok(to_starlark(eval.heap(), &out))
+}
+
+fn selector(v: Option<Value>, what: &str) -> anyhow::Result<Option<String>> {
+    let Some(v) = v else { return Ok(None) };
+    match super::selector::selector(v) {
+        Some(s) => Ok(Some(s)),
+        None => anyhow::bail!("{what} must be a selector string or a dict"),
+    }
+}
+
+fn is_list(v: Value) -> bool {
+    matches!(v.get_type(), "list" | "tuple")
+}
+
+fn one_or_list<'v>(heap: Heap<'v>, items: &[Json], single: bool) -> Value<'v> {
+    match items {
+        [one] if single => to_starlark(heap, one),
+        _ => heap.alloc(AllocList(items.iter().map(|o| to_starlark(heap, o)))),
+    }
+}

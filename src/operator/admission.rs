@@ -1,0 +1,163 @@
+//! The admission check on StarlarkControllers and ClusterStarlarkControllers: the
+//! requesting user must hold every permission the resource would be granted (as RBAC's
+//! escalation check does for Roles); what passes is stamped with a signed approval
+//! naming its author, which the reconciler requires.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation};
+use kube::ResourceExt;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use serde_json::Value as Json;
+
+use super::approval::{self, Author};
+use super::assessment::{self, Assessment, assessment, read_script};
+use super::authority::first_denied;
+use super::reconciler::Context;
+use super::resource::{ClusterStarlarkController, StarlarkController};
+use super::tenant::Tenant;
+
+/// The answer to one admission request.
+pub async fn admission(ctx: &Context, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    match req.kind.kind.as_str() {
+        "StarlarkController" => review::<StarlarkController>(ctx, req).await,
+        "ClusterStarlarkController" => review::<ClusterStarlarkController>(ctx, req).await,
+        other => AdmissionResponse::from(req).deny(format!(
+            "the kite operator's webhook reviews StarlarkControllers and ClusterStarlarkControllers, not {other}"
+        )),
+    }
+}
+
+async fn review<K: Tenant>(
+    ctx: &Context,
+    req: &AdmissionRequest<DynamicObject>,
+) -> AdmissionResponse {
+    let allow = AdmissionResponse::from(req);
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return allow;
+    }
+    let Some(object) = &req.object else {
+        return allow.deny("the request carries no object");
+    };
+    let mut cr: K = match serde_json::to_value(object).and_then(serde_json::from_value) {
+        Ok(cr) => cr,
+        Err(e) => return allow.deny(format!("not a valid {}: {e}", K::KIND)),
+    };
+    // The API server fills the namespace in from the request path before admission; the
+    // request's own field is the source that never depends on that.
+    if K::CONFINED && cr.namespace().is_none() {
+        cr.meta_mut().namespace.clone_from(&req.namespace);
+    }
+    if cr.name_any().is_empty() {
+        return allow.deny(format!(
+            "metadata.name is required: a {} is approved by name, so generateName cannot be used",
+            K::KIND
+        ));
+    }
+    let old = req
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::from_value::<K>(serde_json::to_value(o).ok()?).ok());
+    if let Some(old) = &old
+        && spec_json(old) == spec_json(&cr)
+        && approval_of(old) == approval_of(&cr)
+        && old.labels() == cr.labels()
+    {
+        // Finalizers or other metadata only: the approval still holds.
+        return allow;
+    }
+    let author = author(req);
+    let spec = cr.common_spec();
+    let home = cr.home(&ctx.operator_namespace);
+    let script = match read_script(&ctx.client, &spec, &home).await {
+        Ok(s) => s,
+        Err(e) => return allow.deny(format!("reading the script to check its permissions: {e}")),
+    };
+    // A script that cannot run is approved as it is: nothing is granted for it, and its
+    // status says why. What can run is checked against its author.
+    if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script).await {
+        let wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
+        match first_denied(&ctx.client, &author, &wanted).await {
+            Ok(None) => {}
+            Ok(Some(message)) => {
+                return allow.deny(format!(
+                    "{} {}: {message}; a {} may not do more than its author could",
+                    K::KIND,
+                    cr.display(),
+                    K::KIND
+                ));
+            }
+            Err(e) => return allow.deny(format!("could not check the author's permissions: {e}")),
+        }
+    }
+    let namespace = cr.namespace().unwrap_or_default();
+    let name = cr.name_any();
+    let spec = spec_json(&cr);
+    let stamp = ctx.approval.sign(
+        approval::Subject {
+            kind: K::KIND,
+            namespace: &namespace,
+            name: &name,
+            spec: &spec,
+        },
+        &author,
+    );
+    let patch = stamp_patch(cr.meta().annotations.is_some(), stamp);
+    match allow.clone().with_patch(patch) {
+        Ok(r) => r,
+        Err(e) => allow.deny(format!("encoding the approval: {e}")),
+    }
+}
+
+/// The spec as signed: the typed spec re-encoded, so that the webhook and the
+/// reconciler sign and check the same bytes whatever the request's spelling.
+pub fn spec_json<K: Tenant>(cr: &K) -> Json {
+    serde_json::to_value(cr.common_spec()).unwrap_or_default()
+}
+
+fn approval_of<K: Tenant>(cr: &K) -> Option<&String> {
+    cr.annotations().get(approval::ANNOTATION)
+}
+
+/// The requesting user as the API server authenticated them.
+fn author(req: &AdmissionRequest<DynamicObject>) -> Author {
+    let u = &req.user_info;
+    Author {
+        username: u.username.clone().unwrap_or_default(),
+        uid: u.uid.clone().unwrap_or_default(),
+        groups: u.groups.clone().unwrap_or_default(),
+        extra: u.extra.clone().unwrap_or_default(),
+    }
+}
+
+/// Sets the approval annotation (creating the annotations map if there is none).
+fn stamp_patch(has_annotations: bool, stamp: String) -> Patch {
+    let op = if has_annotations {
+        AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "annotations", approval::ANNOTATION]),
+            value: Json::String(stamp),
+        }
+    } else {
+        AddOperation {
+            path: PointerBuf::from_tokens(["metadata", "annotations"]),
+            value: serde_json::json!({ approval::ANNOTATION: stamp }),
+        }
+    };
+    Patch(vec![PatchOperation::Add(op)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stamp_patch_escapes_the_annotation_key() {
+        let mut doc = serde_json::json!({"metadata": {"annotations": {"a": "b"}}});
+        json_patch::patch(&mut doc, &stamp_patch(true, "s".into())).unwrap();
+        assert_eq!(doc["metadata"]["annotations"][approval::ANNOTATION], "s");
+        assert_eq!(doc["metadata"]["annotations"]["a"], "b");
+        let mut bare = serde_json::json!({"metadata": {}});
+        json_patch::patch(&mut bare, &stamp_patch(false, "s".into())).unwrap();
+        assert_eq!(bare["metadata"]["annotations"][approval::ANNOTATION], "s");
+    }
+}

@@ -1,0 +1,183 @@
+//! The HTTPS server the API server calls for admission reviews (`POST /approve`), with
+//! a serving certificate that can be swapped while it runs.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+
+use super::admission::admission;
+use super::certs::Certs;
+use super::reconciler::Context;
+
+/// The path the webhook configuration names.
+pub const PATH: &str = "/approve";
+/// The API server sends at most about 3 MiB; anything larger is not a review.
+const MAX_BODY: usize = 4 << 20;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The API server gives up after the configuration's timeout (15 s) anyway.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(14);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the webhook server: {0}")]
+    Bind(#[from] crate::http::Error),
+    #[error("loading the webhook's serving certificate: {0}")]
+    LoadCertificate(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The serving certificate in use, replaced when it is renewed.
+pub struct Tls {
+    acceptor: RwLock<(TlsAcceptor, String)>,
+}
+
+impl Tls {
+    /// # Errors
+    /// A certificate or key that does not parse.
+    pub fn new(certs: &Certs) -> Result<Self> {
+        Ok(Tls {
+            acceptor: RwLock::new((acceptor(certs)?, certs.cert.clone())),
+        })
+    }
+
+    /// Serves `certs` from now on, if they differ from those in use.
+    ///
+    /// # Errors
+    /// A certificate or key that does not parse (the old one stays).
+    pub fn renew(&self, certs: &Certs) -> Result<()> {
+        if self.current().1 == certs.cert {
+            return Ok(());
+        }
+        let next = acceptor(certs)?;
+        *self.acceptor.write().unwrap_or_else(|p| p.into_inner()) = (next, certs.cert.clone());
+        tracing::info!("serving the renewed webhook certificate");
+        Ok(())
+    }
+
+    fn current(&self) -> (TlsAcceptor, String) {
+        self.acceptor
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+fn acceptor(certs: &Certs) -> Result<TlsAcceptor> {
+    let bad = |e: &dyn std::fmt::Display| Error::LoadCertificate(e.to_string());
+    let chain = CertificateDer::pem_slice_iter(certs.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(certs.key.as_bytes()).map_err(|e| bad(&e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(&e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| bad(&e))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Binds `addr` and returns the bound address and the server, which runs until
+/// `shutdown`.
+///
+/// # Errors
+/// The address is in use or not allowed.
+pub async fn webhook(
+    addr: SocketAddr,
+    tls: Arc<Tls>,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
+    let (listener, bound) = crate::http::listen(addr).await?;
+    let open = move |tcp| {
+        let (acceptor, _) = tls.current();
+        async move {
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+                .await
+                .ok()?
+                .ok()
+        }
+    };
+    let handler = move |req| {
+        let ctx = ctx.clone();
+        async move { handle(&ctx, req).await }
+    };
+    let serve =
+        crate::http::connections(listener, shutdown, Duration::from_secs(30), open, handler);
+    Ok((bound, serve))
+}
+
+async fn handle(ctx: &Context, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::POST || req.uri().path() != PATH {
+        return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"));
+    }
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return reply(StatusCode::BAD_REQUEST, Bytes::from(format!("{e}\n"))),
+    };
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let text = format!("not an AdmissionReview: {e}\n");
+            return reply(StatusCode::BAD_REQUEST, Bytes::from(text));
+        }
+    };
+    let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
+    let response = match request {
+        Err(e) => AdmissionResponse::invalid(e),
+        Ok(request) => match tokio::time::timeout(REVIEW_TIMEOUT, admission(ctx, &request)).await {
+            Ok(r) => {
+                log(&request, &r);
+                r
+            }
+            Err(_) => AdmissionResponse::from(&request)
+                .deny("the kite operator could not finish the review in time; try again"),
+        },
+    };
+    match serde_json::to_vec(&response.into_review()) {
+        Ok(json) => {
+            let mut r = reply(StatusCode::OK, Bytes::from(json));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Bytes::from(format!("{e}\n")),
+        ),
+    }
+}
+
+fn log(req: &AdmissionRequest<DynamicObject>, r: &AdmissionResponse) {
+    let user = req.user_info.username.as_deref().unwrap_or("");
+    let what = match &req.namespace {
+        Some(ns) => format!("{} {ns}/{}", req.kind.kind, req.name),
+        None => format!("{} {}", req.kind.kind, req.name),
+    };
+    if r.allowed {
+        tracing::info!(user, resource = %what, operation = ?req.operation, "approved");
+    } else {
+        tracing::info!(user, resource = %what, operation = ?req.operation, reason = %r.result.message, "refused");
+    }
+}
+
+fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    r
+}
