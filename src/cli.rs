@@ -79,7 +79,7 @@ pub struct OperatorArgs {
     #[arg(
         long,
         value_name = "NAME",
-        default_value = "starkite-controller-ceiling"
+        default_value = crate::operator::DEFAULT_CEILING
     )]
     pub ceiling: String,
     /// A handler running longer than this is cancelled.

@@ -2,46 +2,95 @@
 //!
 //! # Layout
 //!
-//! - [`cli`]: the command-line interface (clap types only; `main.rs` wires them).
-//! - [`script`]: the Starlark host: parsing, globals and builtins, vars, permissions,
+//! - `cli`: the command-line interface (clap types only; `main.rs` wires them).
+//! - `script`: the generic Starlark host: parsing, the library of globals and the
+//!   extensions the layers above keep in it, builtins, vars, permissions,
 //!   loads, AttrDict, JSON conversion, diagnostics, time and memory budgets, printing,
 //!   `kite run` and `kite check`.
-//! - [`k8s`]: the `k8s` Starlark module: sessions, kind resolution (discovery), the
+//! - `k8s`: the `k8s` Starlark module: sessions, kind resolution (discovery), the
 //!   cluster operations, events, waits, watches, and the `k8s.obj` builders.
-//! - [`control`]: the `k8s.control()` runtime: spec parsing, informers, event routing,
+//! - `library`: the one place that composes the host's globals with `k8s` and
+//!   `k8s.control`; `script` itself never names the layers above it.
+//! - `control`: the `k8s.control()` runtime: spec parsing, informers, event routing,
 //!   the work queue, workers and handlers, echo suppression, finalizers, secondary
-//!   watches, leader election, metrics, and the standalone `kite run` controller mode.
+//!   watches, leader election, metrics, the standalone `kite run` controller mode, and
+//!   the children a reconcile returns (`control::children`: ownership, apply, ApplySet
+//!   pruning, readiness and the Ready condition).
 //!   `docs/design/architecture.md` draws the layers and the threads.
-//! - [`children`]: children returned by reconcile: ownership, apply, ApplySet pruning,
-//!   readiness and the Ready condition.
-//! - [`operator`]: `kite operator`, the meta-operator: the `StarlarkController` and
+//! - `operator`: `kite operator`, the meta-operator: the `StarlarkController` and
 //!   `ClusterStarlarkController` resources, validation, namespace confinement, the
 //!   admission webhook that checks each author and signs approvals, generated
 //!   identities within a ceiling, impersonation, hosted controllers.
-//! - [`rbac`]: least-privilege RBAC inferred from a script (`kite kube rbac`).
-//! - [`http`]: the health and metrics server (hyper), and the connection loop the
+//! - `rbac`: least-privilege RBAC inferred from a script (`kite kube rbac`).
+//! - `http`: the health and metrics server (hyper), and the connection loop the
 //!   operator's webhook shares.
-//! - [`artifacts`]: the manifests and Dockerfile that deploy a script
+//! - `artifacts`: the manifests and Dockerfile that deploy a script
 //!   (`kite kube gen-controller-artifacts`).
-//! - [`signal`]: SIGTERM/SIGINT handling shared by `kite run` and `kite operator`.
-//! - [`duration`]: Go-style duration strings.
-//! - [`version`]: build and version information.
+//! - `signal`: SIGTERM/SIGINT handling shared by `kite run` and `kite operator`.
+//! - `duration`: Go-style duration strings.
+//! - `version`: build and version information.
 //!
 //! Integration tests live in `tests/` and run against the local control plane that
 //! `tests/cluster` builds from Go modules.
 
-pub mod artifacts;
-pub mod children;
+//!
+//! # The crate's API
+//!
+//! Every module is private to the crate, so the compiler reports what nothing uses.
+//! The re-exports below are exactly what the `kite` binary, the integration tests and
+//! the benchmarks call; anything else is free to change.
+
 pub mod cli;
-pub mod control;
-pub mod duration;
-pub mod http;
-pub mod k8s;
-pub mod operator;
-pub mod rbac;
-pub mod script;
-pub mod signal;
-pub mod version;
+
+mod artifacts;
+mod control;
+mod duration;
+mod http;
+mod k8s;
+mod library;
+mod operator;
+mod rbac;
+mod script;
+mod signal;
+mod version;
+
+// The binary: `kite run` and `kite check`.
+pub use control::handlers::Handlers;
+pub use control::request::ControlRequest;
+pub use control::standalone::{Options as StandaloneOptions, own_namespace, run as run_standalone};
+pub use k8s::session::{KubeOptions, connect_config};
+pub use library::library;
+pub use script::check::check;
+pub use script::host::{Host, Limits};
+pub use script::memory::{Counting, quiet_refusals, return_large_blocks};
+pub use script::permissions::Permissions;
+pub use script::run::{Finished, run as run_script};
+pub use script::vars::Vars;
+pub use signal::shutdown_signal;
+pub use version::version_line;
+
+// The binary: `kite kube`.
+pub use artifacts::{
+    DEFAULT_BASE_IMAGE, Options as ArtifactOptions, default_name as artifact_name, dockerfile,
+    render as render_artifacts, to_json, to_yaml,
+};
+pub use rbac::{Catalog, Inference, discover, infer};
+
+// The binary: `kite operator` and `kite crd`.
+pub use control::leader::default_identity;
+pub use operator::crd_yaml;
+pub use operator::manager::{Options as OperatorOptions, run as run_operator};
+
+// The integration tests.
+pub use control::leader::{LeaderConfig, Validity, run as lead};
+pub use k8s::discovery::{Discovery, Error as DiscoveryError};
+pub use k8s::obj::obj_namespace;
+pub use operator::approval::Author;
+pub use operator::authority::{Permission, first_denied, impersonation};
+pub use script::json::from_starlark;
+
+#[cfg(test)]
+mod layers;
 
 /// The unit tests run with the binary's allocator, so memory limits are tested as run.
 #[cfg(test)]

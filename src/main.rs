@@ -5,32 +5,25 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use kite::artifacts;
 use kite::cli::{
     Cli, Command, InferArgs, KubeCommand, LogFormat, OperatorArgs, OutputFormat, RunArgs,
 };
-use kite::control::handlers::Handlers;
-use kite::control::standalone;
-use kite::rbac;
-use kite::script::host::{Host, KubeOptions};
-use kite::script::permissions::Permissions;
-use kite::script::run::Finished;
-use kite::script::vars::Vars;
+use kite::{ControlRequest, Finished, Handlers, Host, KubeOptions, Permissions, Vars, library};
 
 /// Counts what each thread allocates, so a script over its memory limit fails alone.
 #[global_allocator]
-static ALLOCATOR: kite::script::memory::Counting = kite::script::memory::Counting;
+static ALLOCATOR: kite::Counting = kite::Counting;
 
 fn main() -> ExitCode {
-    kite::script::memory::quiet_refusals();
-    kite::script::memory::return_large_blocks();
+    kite::quiet_refusals();
+    kite::return_large_blocks();
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
-            println!("{}", kite::version::version_line());
+            println!("{}", kite::version_line());
             ExitCode::SUCCESS
         }
-        Command::Check { file } => match kite::script::check::check(&file) {
+        Command::Check { file } => match kite::check(library(), &file) {
             Ok(report) => {
                 print!("{report}");
                 ExitCode::SUCCESS
@@ -42,7 +35,7 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => run(args),
         Command::Operator(args) => operator(args),
-        Command::Crd => match kite::operator::crd_yaml() {
+        Command::Crd => match kite::crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
                 ExitCode::SUCCESS
@@ -73,19 +66,19 @@ fn operator(args: OperatorArgs) -> ExitCode {
             context: args.cluster.context.clone(),
             dry_run: false,
         };
-        let (client, config) = kite::k8s::session::connect_config(&kube_opts).await?;
+        let (client, config) = kite::connect_config(&kube_opts).await?;
         let lease_namespace = args.leader_election.then(|| {
             args.leader_election_namespace
                 .clone()
-                .or_else(standalone::own_namespace)
+                .or_else(kite::own_namespace)
                 .unwrap_or_else(|| "default".to_owned())
         });
         let operator_namespace = args
             .operator_namespace
             .clone()
-            .or_else(standalone::own_namespace)
+            .or_else(kite::own_namespace)
             .unwrap_or_else(|| "default".to_owned());
-        let opts = kite::operator::manager::Options {
+        let opts = kite::OperatorOptions {
             namespace: args.namespace.clone(),
             selector: args.selector.clone(),
             operator_namespace,
@@ -93,10 +86,10 @@ fn operator(args: OperatorArgs) -> ExitCode {
                 .health_port
                 .map(|p| std::net::SocketAddr::new(args.health_bind, p)),
             leader_election: lease_namespace,
-            identity: kite::control::leader::default_identity(),
+            identity: kite::default_identity(),
             ceiling: args.ceiling.clone(),
             handler_budget: args.handler_timeout,
-            limits: kite::script::host::Limits {
+            limits: kite::Limits {
                 min_period: args.min_period,
                 max_workers: args.max_workers.into(),
                 memory: (args.script_memory as usize) << 20,
@@ -109,8 +102,8 @@ fn operator(args: OperatorArgs) -> ExitCode {
             webhook_service: args.webhook_service.clone(),
             webhook_configuration: args.webhook_configuration.clone(),
         };
-        let signalled = kite::signal::shutdown_signal()?;
-        kite::operator::manager::run(client, config, opts, signalled).await?;
+        let signalled = kite::shutdown_signal()?;
+        kite::run_operator(client, config, opts, signalled).await?;
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -156,31 +149,31 @@ fn kube(command: KubeCommand) -> anyhow::Result<()> {
                 let base = args
                     .base_image
                     .as_deref()
-                    .unwrap_or(artifacts::DEFAULT_BASE_IMAGE);
-                print!("{}", artifacts::dockerfile(&inference, base));
+                    .unwrap_or(kite::DEFAULT_BASE_IMAGE);
+                print!("{}", kite::dockerfile(&inference, base));
                 return Ok(());
             }
             let vars = args.infer.vars.iter().map(|v| {
                 let (k, v) = v.split_once('=').unwrap_or((v, ""));
                 (k.to_owned(), v.to_owned())
             });
-            let opts = artifacts::Options {
+            let opts = kite::ArtifactOptions {
                 name: args
                     .name
-                    .unwrap_or_else(|| artifacts::default_name(&args.controller)),
+                    .unwrap_or_else(|| kite::artifact_name(&args.controller)),
                 namespace: args.namespace.unwrap_or_default(),
                 image: args.image.unwrap_or_default(),
                 replicas: args.replicas,
                 vars: vars.collect(),
                 script: args.controller.clone(),
             };
-            let rendered = artifacts::render(&inference, &opts)?;
+            let rendered = kite::render_artifacts(&inference, &opts)?;
             for w in &rendered.warnings {
                 eprintln!("warning: {w}");
             }
             let text = match args.output {
-                OutputFormat::Yaml => artifacts::to_yaml(&rendered.objects)?,
-                OutputFormat::Json => artifacts::to_json(&rendered.objects)?,
+                OutputFormat::Yaml => kite::to_yaml(&rendered.objects)?,
+                OutputFormat::Json => kite::to_json(&rendered.objects)?,
             };
             print!("{text}");
         }
@@ -189,9 +182,9 @@ fn kube(command: KubeCommand) -> anyhow::Result<()> {
 }
 
 /// RBAC inference with the kinds the user and, when reachable, the cluster know.
-fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<rbac::Inference> {
+fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<kite::Inference> {
     let vars = Vars::from_args(&args.vars, &[] as &[std::path::PathBuf])?;
-    let mut catalog = rbac::Catalog::builtin();
+    let mut catalog = kite::Catalog::builtin();
     for crd in &args.crds {
         catalog.add_crd_file(crd)?;
     }
@@ -201,9 +194,9 @@ fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<rbac::Inf
             context: args.cluster.context.clone(),
             dry_run: false,
         };
-        catalog.add_discovered(rbac::discover(&kube));
+        catalog.add_discovered(kite::discover(&kube));
     }
-    Ok(rbac::infer(script, catalog, &vars, &args.rules)?)
+    Ok(kite::infer(script, catalog, &vars, &args.rules)?)
 }
 
 fn init_logging(format: LogFormat, verbose: u8) {
@@ -249,31 +242,33 @@ fn run(args: RunArgs) -> ExitCode {
         context: args.cluster.context,
         dry_run: args.dry_run,
     };
-    let mut host = Host::new(vars, permissions, runtime.handle().clone(), kube);
+    let mut host = Host::new(library(), vars, permissions, runtime.handle().clone()).with(kube);
     host.limits.memory = (args.script_memory as usize) << 20;
     let host = Arc::new(host);
     // The script runs on this thread, which is not a runtime worker, so builtins may
     // block on the runtime.
-    let code = match kite::script::run::run(&args.file, &host) {
+    let code = match kite::run_script(&args.file, &host) {
         Ok(Finished::Done) => ExitCode::SUCCESS,
-        Ok(Finished::Controller {
-            request,
+        Ok(Finished::HandedOff {
+            handoff,
             module,
             positions,
-        }) => match Handlers::of_script(module, positions) {
+        }) => match ControlRequest::from_handoff(handoff)
+            .and_then(|request| Ok((request, Handlers::of_script(module, positions)?)))
+        {
             // Rendered like a script error, with its exit code.
             Err(rendered) => {
                 eprintln!("{rendered}");
                 ExitCode::from(1)
             }
-            Ok(handlers) => {
-                let opts = standalone::Options {
+            Ok((request, handlers)) => {
+                let opts = kite::StandaloneOptions {
                     handler_budget: args.handler_timeout,
                     grace: args.grace_period,
                     health_bind: args.health_bind,
                     script: args.file.clone(),
                 };
-                match standalone::run(host.clone(), *request, handlers, opts) {
+                match kite::run_standalone(host.clone(), request, handlers, opts) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("error: {e}");

@@ -3,8 +3,8 @@
 
 mod support;
 
-use kite::operator::approval::Author;
-use kite::operator::authority::{Permission, first_denied, impersonation};
+use kite::Author;
+use kite::{Permission, first_denied, impersonation};
 use support::*;
 
 fn permission(verb: &str, group: &str, resource: &str, ns: &str) -> Permission {

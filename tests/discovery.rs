@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kite::k8s::discovery::{Discovery, Error};
+use kite::{Discovery, DiscoveryError as Error};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kite::control::leader::{self, LeaderConfig};
+use kite::{LeaderConfig, Validity, lead};
 use kube::api::{Api, ObjectMeta, PostParams};
 use support::*;
 use tokio::sync::{oneshot, watch};
@@ -45,11 +45,11 @@ impl Replica {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(leader::run(
+        let task = tokio::spawn(lead(
             client.clone(),
             config,
             publish,
-            leader::Validity::new(),
+            Validity::new(),
             shutdown,
         ));
         Self {

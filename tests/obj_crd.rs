@@ -15,7 +15,7 @@ use support::*;
 /// Evaluates `code` in-process with `obj` in scope and returns its last value as JSON.
 fn eval(code: &str) -> Json {
     let globals = GlobalsBuilder::standard()
-        .with(|g| g.set("obj", kite::k8s::obj::obj_namespace()))
+        .with(|g| g.set("obj", kite::obj_namespace()))
         .build();
     let ast = AstModule::parse("obj.star", code.to_owned(), &Dialect::Extended)
         .unwrap_or_else(|e| panic!("parse: {e}"));
@@ -24,7 +24,7 @@ fn eval(code: &str) -> Json {
         let v = eval
             .eval_module(ast, &globals)
             .unwrap_or_else(|e| panic!("{code}\nfailed: {e}"));
-        kite::script::json::from_starlark(v).expect("a builder result converts to JSON")
+        kite::from_starlark(v).expect("a builder result converts to JSON")
     })
 }
 

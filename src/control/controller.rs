@@ -18,6 +18,7 @@ use super::spec::ControlSpec;
 use super::watches::{Role, Watches};
 use crate::k8s::ops::Target;
 use crate::k8s::session::Session;
+use crate::k8s::write_log::WriteLog;
 use crate::script::host::Host;
 
 /// Why a controller could not start.
@@ -139,6 +140,7 @@ impl Controller {
             target,
             spec,
             handlers,
+            writes: host.ext::<WriteLog>(),
             host,
             session,
         });
@@ -282,11 +284,6 @@ impl Controller {
     /// The latest reconcile time and handler error.
     pub fn latest(&self) -> crate::control::metrics::Latest {
         self.shared.metrics.latest()
-    }
-
-    /// True once the informer cache is synced.
-    pub fn is_synced(&self) -> bool {
-        self.shared.store.is_synced()
     }
 
     /// Stops taking new work, lets in-flight handlers finish within `grace` (then

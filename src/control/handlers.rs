@@ -29,6 +29,13 @@ pub enum Error {
     /// The handler returned something kite cannot use.
     #[error("{0}")]
     BadReturn(String),
+    /// One of the reconcile's own writes (finalizer, children) failed; the source keeps
+    /// the API server's status, so a conflict can be told from a refusal.
+    #[error("error: {what}: {source}")]
+    Write {
+        what: &'static str,
+        source: Box<WriteError>,
+    },
     /// The handler was cancelled because its controller is stopping.
     #[error("handler cancelled: the controller is stopping, or lost its leader-election lease")]
     Stopped,
@@ -42,6 +49,32 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why one of the reconcile's own writes did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Api(#[from] crate::k8s::ops::Error),
+    #[error(transparent)]
+    Children(#[from] super::children::Error),
+    #[error(transparent)]
+    Interrupted(#[from] crate::script::budget::Interrupted),
+}
+
+impl WriteError {
+    /// The API server's status code, when it answered with an error.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            WriteError::Api(e) => e.code(),
+            WriteError::Children(
+                super::children::Error::Apply { source, .. }
+                | super::children::Error::Prune { source, .. }
+                | super::children::Error::Parent(source),
+            ) => source.code(),
+            _ => None,
+        }
+    }
+}
 
 /// What a reconcile-style handler asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,7 +146,7 @@ impl Handlers {
         positions: std::collections::HashMap<String, String>,
     ) -> std::result::Result<Self, String> {
         let mut handlers = Self::from_module(module)
-            .ok_or_else(|| format!("error: {}", crate::k8s::module::CONTROL_STARTED))?;
+            .ok_or_else(|| format!("error: {}", super::request::CONTROL_STARTED))?;
         handlers.positions = positions;
         Ok(handlers)
     }

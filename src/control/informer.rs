@@ -109,14 +109,6 @@ impl Store {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
-        self.objects.read().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// True once the first list has been fully received.
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)

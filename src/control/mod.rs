@@ -6,8 +6,8 @@
 //! changes are turned into work by `routing`, and `worker` threads do it (the work
 //! itself, per key, is in `reconcile`).
 
+pub mod children;
 pub mod controller;
-pub mod echo;
 pub mod finalizer;
 pub mod handlers;
 pub mod informer;
@@ -15,6 +15,7 @@ pub mod leader;
 pub mod metrics;
 pub mod queue;
 mod reconcile;
+pub mod request;
 mod routing;
 mod shared;
 pub mod spec;

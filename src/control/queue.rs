@@ -271,6 +271,7 @@ where
     }
 
     /// Like [`get`](Self::get), but returns `None` after `timeout` if nothing is ready.
+    #[cfg(test)]
     pub fn get_timeout(&self, timeout: Duration) -> Option<K> {
         // An unrepresentable deadline is as good as none.
         self.get_until(Instant::now().checked_add(timeout))
@@ -324,11 +325,13 @@ where
     }
 
     /// Whether no key is ready (delayed keys are not counted).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Keys waiting for a delay.
+    #[cfg(test)]
     pub fn delayed_len(&self) -> usize {
         self.lock().due.len()
     }

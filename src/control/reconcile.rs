@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use super::finalizer;
-use super::handlers::{self, Arg, Error, Outcome};
+use super::handlers::{self, Arg, Error, Outcome, WriteError};
 use super::informer::Key;
 use super::shared::{EventItem, Shared};
 use super::worker::{first_line, guarded, record_event, warn_event};
-use crate::children::{self, condition::Ready};
+use crate::control::children::{self, condition::Ready};
 
 fn call(
     shared: &Shared,
@@ -53,8 +53,11 @@ pub(super) fn deliver(shared: &Shared, event: EventItem) -> Result<(), Error> {
     Ok(())
 }
 
-pub(super) fn api_error(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Raised(format!("error: {what}: {e}"))
+pub(super) fn api_error(what: &'static str, source: WriteError) -> Error {
+    Error::Write {
+        what,
+        source: Box::new(source),
+    }
 }
 
 /// The level-triggered reconcile of an existing object: finalizer first, then the
@@ -79,7 +82,7 @@ pub(super) fn reconcile(
                 finalizer::patch(&shared.session, &shared.target, &obj, patch),
             )
             .map_err(|e| api_error("adding the finalizer", e))?;
-            shared.host.writes.record(&added);
+            shared.writes.record(&added);
             obj = Arc::new(added);
         }
     }
@@ -117,15 +120,13 @@ pub(super) fn reconcile(
         .unwrap_or_else(|p| p.into_inner())
         .insert(key.clone());
     let ctx = children_context(shared);
-    let report = guarded(
-        shared,
-        runtime,
-        crate::k8s::ops::with_timeout(Duration::from_secs(120), async {
-            children::reconcile(&ctx, &obj, desired)
-                .await
-                .map_err(|e| crate::k8s::ops::Error::Invalid(e.to_string()))
-        }),
-    )
+    let report = guarded(shared, runtime, async {
+        let limit = Duration::from_secs(120);
+        match tokio::time::timeout(limit, children::reconcile(&ctx, &obj, desired)).await {
+            Ok(report) => report.map_err(WriteError::from),
+            Err(_) => Err(crate::k8s::ops::Error::Timeout(limit).into()),
+        }
+    })
     .map_err(|e| api_error("applying children", e))?;
     if !report.changed.is_empty() || !report.pruned.is_empty() {
         let mut parts = Vec::new();
@@ -192,7 +193,7 @@ pub(super) fn finalize(
             finalizer::patch(&shared.session, &shared.target, obj, patch),
         )
         .map_err(|e| api_error("removing the finalizer", e))?;
-        shared.host.writes.record(&removed);
+        shared.writes.record(&removed);
     }
     Ok(Outcome::Done)
 }
@@ -236,7 +237,7 @@ pub(super) fn set_ready(
 fn children_context(shared: &Shared) -> children::Context<'_> {
     children::Context {
         session: &shared.session,
-        writes: &shared.host.writes,
+        writes: &shared.writes,
         watches: &shared.watches,
         primary: &shared.target.resource,
         namespace: shared.spec.namespace.as_deref(),

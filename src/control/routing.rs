@@ -81,7 +81,7 @@ impl Shared {
             }
             Role::Children | Role::Owned => {
                 // Our own apply coming back is not news; anyone else's change is.
-                if !matches!(change, Change::Deleted(_)) && self.host.writes.is_echo(&obj) {
+                if !matches!(change, Change::Deleted(_)) && self.writes.is_echo(&obj) {
                     return;
                 }
                 let ar = &self.target.resource.api_resource;

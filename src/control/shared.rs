@@ -18,6 +18,7 @@ use super::spec::ControlSpec;
 use super::watches::Watches;
 use crate::k8s::ops::Target;
 use crate::k8s::session::Session;
+use crate::k8s::write_log::WriteLog;
 use crate::script::budget::Cancel;
 use crate::script::host::Host;
 
@@ -61,6 +62,8 @@ pub(super) struct Shared {
     pub spec: ControlSpec,
     pub handlers: Handlers,
     pub host: Arc<Host>,
+    /// What this script's own writes returned, for self-echo suppression.
+    pub writes: Arc<WriteLog>,
     pub session: Arc<Session>,
     pub target: Target,
     pub store: Arc<Store>,

@@ -9,7 +9,9 @@ use std::time::Duration;
 use super::controller::{self, Config, Controller};
 use super::handlers::Handlers;
 use super::leader::{self, LeaderConfig};
-use crate::script::host::{ControlRequest, Host};
+use super::request::ControlRequest;
+use crate::k8s::session::{KubeOptions, SessionCell};
+use crate::script::host::Host;
 
 /// Why the controller could not run.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +78,8 @@ pub fn run(
     opts: Options,
 ) -> Result<()> {
     let runtime = host.runtime.clone();
-    let session = host.k8s.get(&request.session, &host.kube, &runtime)?;
+    let session =
+        (host.ext::<SessionCell>()).get(&request.session, &host.ext::<KubeOptions>(), &runtime)?;
     let spec = request.spec;
     let leader = spec.leader_election.then(|| {
         let name = spec

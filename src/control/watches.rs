@@ -23,7 +23,6 @@ pub enum Role {
 
 /// A running secondary informer.
 pub struct Watched {
-    pub resource: Resource,
     pub store: Arc<Store>,
 }
 
@@ -75,8 +74,8 @@ impl Watches {
             Some(ns) => kube::Api::namespaced_with(session.client.clone(), ns, ar),
             None => kube::Api::all_with(session.client.clone(), ar),
         };
-        let labels = (role == Role::Children)
-            .then(|| super::super::children::applyset::PART_OF_LABEL.to_owned());
+        let labels =
+            (role == Role::Children).then(|| super::children::applyset::PART_OF_LABEL.to_owned());
         let source = Source {
             api,
             resource: ar.clone(),
@@ -84,7 +83,6 @@ impl Watches {
             fields: None,
         };
         let watched = Arc::new(Watched {
-            resource: resource.clone(),
             store: Arc::new(Store::default()),
         });
         let cb = self.on_change.clone();

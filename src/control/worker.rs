@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-use super::handlers::{self, Arg, Error, Outcome};
+use super::handlers::{self, Arg, Error, Outcome, WriteError};
 use super::informer::Key;
 use super::metrics::Outcome as Recorded;
 use super::reconcile::{deliver, owns_ready, reconcile, set_ready};
 use super::shared::{EventItem, Pending, Shared, WorkKey};
-use crate::children::condition::Ready;
+use crate::control::children::condition::Ready;
 
 /// Runs until the queue shuts down. Blocking here is fine: this is a plain thread.
 pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
@@ -128,7 +128,7 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
         .updates
         .iter()
         .filter(|(old, new)| {
-            let echo = shared.host.writes.is_echo(new);
+            let echo = shared.writes.is_echo(new);
             // Says why a reconcile ran (or did not), for chasing hot loops with -v.
             let meta = |o: &Json, f: &str| o["metadata"][f].to_string();
             tracing::debug!(key = %key, echo, from_rv = meta(old, "resourceVersion"), to_rv = meta(new, "resourceVersion"),
@@ -209,11 +209,11 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
 /// Runs one of the reconcile's own writes (finalizer, children, Ready) unless this
 /// leadership term has ended or a lease has run out, and cuts it short if that
 /// happens meanwhile: after losing the lease, nothing more is sent.
-pub(super) fn guarded<T, E: std::fmt::Display>(
+pub(super) fn guarded<T, E: Into<WriteError>>(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,
     fut: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
+) -> Result<T, WriteError> {
     let budget = crate::script::budget::Budget {
         // The write's own timeout bounds it; this budget only carries the cancel.
         deadline: std::time::Instant::now() + Duration::from_secs(3600),
@@ -221,8 +221,8 @@ pub(super) fn guarded<T, E: std::fmt::Display>(
     };
     match crate::script::budget::scope(budget, || crate::script::budget::block_on(runtime, fut)) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(stopped) => Err(stopped.to_string()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(stopped) => Err(stopped.into()),
     }
 }
 

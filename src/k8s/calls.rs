@@ -3,21 +3,17 @@
 #![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
 
 use serde_json::{Value as Json, json};
-use starlark::collections::SmallMap;
 use starlark::environment::MethodsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
-use starlark::values::none::{NoneOr, NoneType};
-use starlark::values::tuple::UnpackTuple;
+use starlark::values::none::NoneOr;
 use starlark::values::{Heap, Value, ValueLike, list::AllocList};
 
-use super::module::{CONTROL_STARTED, Call, K8sClient, opt, within_limits};
+use super::module::{Call, K8sClient, opt};
 use super::ops::{self, Target};
 use super::session::SessionKey;
 use super::{event, manifest, wait, watch};
-use crate::script::host::{ControlRequest, Host};
 use crate::script::json::{from_starlark, to_starlark};
-use crate::script::permissions::Access;
 
 #[starlark_module]
 pub(super) fn client_methods(builder: &mut MethodsBuilder) {
@@ -405,28 +401,6 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
             .collect();
         let heap = eval.heap();
         Ok(heap.alloc(AllocList(rows.iter().map(|r| to_starlark(heap, r)))))
-    }
-
-    /// Turns the script into a controller: records the options and handlers, then stops
-    /// the script; kite runs the reconcile loop once the module is frozen.
-    fn control<'v>(
-        #[starlark(this)] this: Value<'v>,
-        #[starlark(args)] args: UnpackTuple<Value<'v>>,
-        #[starlark(kwargs)] kwargs: SmallMap<String, Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<NoneType> {
-        let host = Host::of(eval)?;
-        host.allow("k8s.control", Access::K8s)?;
-        let (spec, handlers) = crate::control::spec::parse(&args.items, &kwargs)?;
-        within_limits(&spec, &host.limits).map_err(|e| anyhow::anyhow!("k8s.control: {e}"))?;
-        let session = this
-            .downcast_ref::<K8sClient>()
-            .map(|c| c.key.clone())
-            .unwrap_or_default();
-        crate::control::handlers::stash(eval.module(), eval.heap(), &handlers);
-        host.request_control(ControlRequest { spec, session })?;
-        // Unwinds the script; the host sees the request and starts the controller.
-        Err(anyhow::anyhow!(CONTROL_STARTED))
     }
 
     /// A client with other settings: `k8s.config(kubeconfig=, context=, namespace=)`.

@@ -146,7 +146,7 @@ async fn bump(api: &Api<DynamicObject>, name: &str, ts: &str, dry_run: bool) -> 
 }
 
 fn to_json(obj: &DynamicObject) -> Result<Json> {
-    serde_json::to_value(obj).map_err(|e| Error::Request(e.to_string()))
+    serde_json::to_value(obj).map_err(Error::Encode)
 }
 
 fn hostname() -> String {

@@ -12,3 +12,4 @@ pub mod session;
 pub mod try_call;
 pub mod wait;
 pub mod watch;
+pub mod write_log;

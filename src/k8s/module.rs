@@ -5,29 +5,28 @@
 //! `k8s` itself is a client value with the default session; `k8s.config(...)` returns
 //! another client value whose methods are the same functions.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use allocative::Allocative;
 use serde_json::Value as Json;
 use starlark::any::ProvidesStaticType;
-use starlark::environment::{GlobalsBuilder, Methods};
+use starlark::docs::DocMember;
+use starlark::environment::{GlobalsBuilder, Methods, MethodsBuilder, Module};
 use starlark::eval::Evaluator;
 use starlark::values::none::NoneOr;
 use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
 
 use super::calls::client_methods;
 use super::ops::{self};
-use super::session::{Session, SessionKey};
+use super::session::{KubeOptions, Session, SessionCell, SessionKey};
 use super::try_call::TryCall;
+use super::write_log::WriteLog;
 use crate::script::host::Host;
+use crate::script::lint::Signature;
 use crate::script::permissions::Access;
-
-/// The message that unwinds a script after `k8s.control(...)`; never shown to users
-/// unless control() was called where it cannot start a controller.
-pub const CONTROL_STARTED: &str =
-    "k8s.control() must be called from the script that `kite run` runs";
 
 /// The default deadline of one API call when the script gives no `timeout=`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,7 +36,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct K8sClient {
     #[allocative(skip)]
     pub(super) key: SessionKey,
-    /// True for the predeclared `k8s` module, which also carries `obj` and `control`.
+    /// True for the predeclared `k8s` module, which also carries `obj`.
     pub(super) is_module: bool,
 }
 
@@ -55,17 +54,36 @@ impl fmt::Display for K8sClient {
 
 starlark::methods_static!(CLIENT_METHODS = client_methods);
 
+/// The client's methods with what the layers above add (`k8s.control`), fixed by the
+/// first [`extend_methods`] or the first use.
+static METHODS: OnceLock<Methods> = OnceLock::new();
+
+/// Adds methods to every client value (the control layer adds `control`). The top of
+/// the crate calls it once, before any script runs; later calls change nothing.
+pub fn extend_methods(extra: fn(&mut MethodsBuilder)) {
+    METHODS.get_or_init(|| {
+        let mut builder = MethodsBuilder::new();
+        client_methods(&mut builder);
+        extra(&mut builder);
+        builder.build()
+    });
+}
+
 #[starlark_value(type = "k8s.client")]
 impl<'v> StarlarkValue<'v> for K8sClient {
     fn get_methods() -> Option<&'static Methods> {
-        Some(CLIENT_METHODS.methods())
+        Some(METHODS.get_or_init(|| {
+            let mut builder = MethodsBuilder::new();
+            client_methods(&mut builder);
+            builder.build()
+        }))
     }
 
     fn get_attr(&self, attribute: &str, heap: Heap<'v>) -> Option<Value<'v>> {
         if self.is_module && attribute == "obj" {
             return Some(super::obj::obj_namespace().to_value());
         }
-        let inner = attribute.strip_prefix("try_").filter(|n| *n != "control")?;
+        let inner = attribute.strip_prefix("try_")?;
         if !method_names().iter().any(|n| n == inner) {
             return None;
         }
@@ -79,11 +97,7 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 
     fn dir_attr(&self) -> Vec<String> {
-        let mut names: Vec<String> = method_names()
-            .iter()
-            .filter(|n| *n != "control")
-            .map(|n| format!("try_{n}"))
-            .collect();
+        let mut names: Vec<String> = method_names().iter().map(|n| format!("try_{n}")).collect();
         if self.is_module {
             names.push("obj".into());
         }
@@ -91,15 +105,36 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 }
 
-/// The documentation of the client's functions (name, parameters), for `kite check`.
-pub fn method_docs() -> starlark::docs::DocType {
-    CLIENT_METHODS
+/// Adds the signatures of the client's own functions and of the `k8s.obj` builders,
+/// for `kite check`.
+pub fn signatures(known: &mut BTreeMap<String, Signature>) {
+    let docs = CLIENT_METHODS
         .methods()
-        .documentation(starlark::typing::Ty::any())
+        .documentation(starlark::typing::Ty::any());
+    for (name, member) in docs.members {
+        if let DocMember::Function(f) = member {
+            known.insert(format!("k8s.{name}"), Signature::from_docs(&f.params));
+        }
+    }
+    for (name, positional, keywords) in super::obj::signatures() {
+        known.insert(
+            format!("k8s.obj.{name}"),
+            Signature {
+                positional: positional
+                    .map(|p| (p.to_owned(), false))
+                    .into_iter()
+                    .collect(),
+                kwargs: true,
+                kwarg_names: Some(keywords.iter().map(|k| (*k).to_owned()).collect()),
+                ..Default::default()
+            },
+        );
+    }
 }
 
-/// The client's functions, each also callable as `try_<name>`: read once from the
-/// method table so a new function gets its `try_` form without a second list.
+/// The client's own functions, each also callable as `try_<name>`: read once from the
+/// method table so a new function gets its `try_` form without a second list. Methods
+/// the layers above add have no `try_` form.
 fn method_names() -> &'static [String] {
     static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
@@ -121,12 +156,21 @@ pub fn register(builder: &mut GlobalsBuilder) {
     );
 }
 
-/// The `k8s` module value, for `load("k8s", "k8s")`.
-pub fn module_value() -> K8sClient {
-    K8sClient {
+/// Sets `k8s` in a module, for `load("k8s", "k8s")`.
+pub fn loadable(module: &Module) {
+    let value = K8sClient {
         key: SessionKey::default(),
         is_module: true,
-    }
+    };
+    module.set("k8s", module.heap().alloc(value));
+}
+
+/// The session a client value stands for: `k8s`'s default, or a `k8s.config(...)`'s.
+pub fn session_key(client: Value) -> SessionKey {
+    client
+        .downcast_ref::<K8sClient>()
+        .map(|c| c.key.clone())
+        .unwrap_or_default()
 }
 
 /// Everything one call needs: the session, the host, and the call's name for messages.
@@ -157,8 +201,8 @@ impl<'a> Call<'a> {
             None => DEFAULT_TIMEOUT,
         };
         let session = host
-            .k8s
-            .get(&client.key, &host.kube, &host.runtime)
+            .ext::<SessionCell>()
+            .get(&client.key, &host.ext::<KubeOptions>(), &host.runtime)
             .map_err(|e| anyhow::anyhow!("{full}: {e}"))?;
         Ok(Self {
             name,
@@ -179,7 +223,7 @@ impl<'a> Call<'a> {
     /// Remembers a write's result for self-echo suppression.
     pub(super) fn wrote(&self, obj: &Json) {
         if !self.session.dry_run {
-            self.host.writes.record(obj);
+            self.host.ext::<WriteLog>().record(obj);
         }
     }
 
@@ -190,31 +234,6 @@ impl<'a> Call<'a> {
             println!("{kind}/{name} {verb} (server dry run)");
         }
     }
-}
-
-/// Refuses options beyond the host's limits (the operator's floors for hosted scripts).
-pub(super) fn within_limits(
-    spec: &crate::control::spec::ControlSpec,
-    limits: &crate::script::host::Limits,
-) -> anyhow::Result<()> {
-    if spec.workers > limits.max_workers {
-        anyhow::bail!(
-            "workers = {} is more than {} limit of {}",
-            spec.workers,
-            limits.source,
-            limits.max_workers
-        );
-    }
-    for (what, period) in [
-        ("poll", spec.poll),
-        ("resync", spec.resync),
-        ("backoff", Some(spec.backoff)),
-    ] {
-        if let Some(p) = period {
-            limits.check_period(what, p)?;
-        }
-    }
-    Ok(())
 }
 
 pub(super) fn opt(v: NoneOr<&str>) -> Option<&str> {

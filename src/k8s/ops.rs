@@ -8,15 +8,21 @@ use serde_json::{Value as Json, json};
 use super::discovery::{self, Resource};
 use super::session::Session;
 
-/// Why an operation failed. The API server's message and code are kept verbatim.
+/// Why an operation failed. The API server's answer and kube's error are kept whole, so
+/// retry and conflict handling can match on them (`code()`, `Error::Api(status)`).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Resolve(#[from] discovery::Error),
-    #[error("{message} ({code})")]
-    Api { message: String, code: u16 },
+    /// The API server answered with an error status.
+    #[error("{} ({})", .0.message, .0.code)]
+    Api(Box<kube::core::Status>),
+    /// The request did not get an answer (connection, TLS, decoding, ...).
+    #[error(transparent)]
+    Request(kube::Error),
+    /// A response that could not be turned into JSON.
     #[error("{0}")]
-    Request(String),
+    Encode(#[from] serde_json::Error),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     #[error("invalid manifest: {0}")]
@@ -30,11 +36,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl From<kube::Error> for Error {
     fn from(e: kube::Error) -> Self {
         match e {
-            kube::Error::Api(status) => Error::Api {
-                message: status.message.clone(),
-                code: status.code,
-            },
-            other => Error::Request(other.to_string()),
+            kube::Error::Api(status) => Error::Api(status),
+            other => Error::Request(other),
         }
     }
 }
@@ -43,7 +46,7 @@ impl Error {
     /// The HTTP status code, when the API server answered with an error.
     pub fn code(&self) -> Option<u16> {
         match self {
-            Error::Api { code, .. } => Some(*code),
+            Error::Api(status) => Some(status.code),
             _ => None,
         }
     }
@@ -115,7 +118,7 @@ impl Target {
 }
 
 fn to_json(obj: &DynamicObject) -> Result<Json> {
-    serde_json::to_value(obj).map_err(|e| Error::Request(e.to_string()))
+    serde_json::to_value(obj).map_err(Error::Encode)
 }
 
 fn from_json(obj: &Json) -> Result<DynamicObject> {
@@ -304,5 +307,5 @@ pub async fn patch(
 /// The API server's version.
 pub async fn version(session: &Session) -> Result<Json> {
     let info = session.client.apiserver_version().await?;
-    serde_json::to_value(info).map_err(|e| Error::Request(e.to_string()))
+    serde_json::to_value(info).map_err(Error::Encode)
 }

@@ -7,7 +7,15 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::discovery::Discovery;
-use crate::script::host::KubeOptions;
+
+/// Where and how to reach the cluster (`--kubeconfig`, `--context`, `--dry-run`); kept
+/// in the script host's extensions for a run.
+#[derive(Debug, Clone, Default)]
+pub struct KubeOptions {
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub context: Option<String>,
+    pub dry_run: bool,
+}
 
 /// Why a session could not be set up.
 #[derive(Debug, thiserror::Error)]

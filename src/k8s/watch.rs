@@ -64,7 +64,7 @@ async fn run(
             let list = api.list(&list_params).await?;
             rv = list.metadata.resource_version.clone().unwrap_or_default();
             for item in list.items {
-                let obj = serde_json::to_value(item).map_err(|e| Error::Request(e.to_string()))?;
+                let obj = serde_json::to_value(item).map_err(Error::Encode)?;
                 if send("ADDED", obj).await.is_err() {
                     return Ok(());
                 }
@@ -86,16 +86,13 @@ async fn run(
                     break;
                 }
                 WatchEvent::Error(status) => {
-                    return Err(Error::Api {
-                        message: status.message,
-                        code: status.code,
-                    });
+                    return Err(Error::Api(status));
                 }
             };
             if let Some(v) = obj.metadata.resource_version.clone() {
                 rv = v;
             }
-            let obj = serde_json::to_value(obj).map_err(|e| Error::Request(e.to_string()))?;
+            let obj = serde_json::to_value(obj).map_err(Error::Encode)?;
             if send(kind, obj).await.is_err() {
                 return Ok(());
             }

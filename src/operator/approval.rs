@@ -24,13 +24,13 @@ pub enum Error {
     #[error(
         "no {ANNOTATION} annotation: the spec was not seen by the operator's admission webhook"
     )]
-    FindApproval,
+    Find,
     #[error("the {ANNOTATION} annotation is not an approval: {0}")]
-    DecodeApproval(String),
+    Decode(String),
     #[error(
         "the {ANNOTATION} annotation does not match this spec: it was edited, copied, or the spec changed without the webhook"
     )]
-    VerifyApproval,
+    Verify,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -86,17 +86,16 @@ impl Key {
     /// # Errors
     /// A missing, malformed or non-matching approval.
     pub fn verify(&self, subject: Subject<'_>, annotation: Option<&str>) -> Result<Author> {
-        let text = annotation.ok_or(Error::FindApproval)?;
+        let text = annotation.ok_or(Error::Find)?;
         let raw = b64()
             .decode(text)
-            .map_err(|e| Error::DecodeApproval(e.to_string()))?;
+            .map_err(|e| Error::Decode(e.to_string()))?;
         let stamp: Stamp =
-            serde_json::from_slice(&raw).map_err(|e| Error::DecodeApproval(e.to_string()))?;
+            serde_json::from_slice(&raw).map_err(|e| Error::Decode(e.to_string()))?;
         let mac = b64()
             .decode(&stamp.mac)
-            .map_err(|e| Error::DecodeApproval(e.to_string()))?;
-        hmac::verify(&self.0, &message(subject, &stamp.author), &mac)
-            .map_err(|_| Error::VerifyApproval)?;
+            .map_err(|e| Error::Decode(e.to_string()))?;
+        hmac::verify(&self.0, &message(subject, &stamp.author), &mac).map_err(|_| Error::Verify)?;
         Ok(stamp.author)
     }
 }
@@ -197,10 +196,10 @@ mod tests {
             spec: &spec,
         };
         let stamp = key.sign(subject, &author("alice"));
-        assert_eq!(key.verify(subject, None), Err(Error::FindApproval));
+        assert_eq!(key.verify(subject, None), Err(Error::Find));
         assert!(matches!(
             key.verify(subject, Some("not base64!")),
-            Err(Error::DecodeApproval(_))
+            Err(Error::Decode(_))
         ));
         let other_spec = json!({"script": "y"});
         for changed in [
@@ -221,23 +220,17 @@ mod tests {
                 ..subject
             },
         ] {
-            assert_eq!(
-                key.verify(changed, Some(&stamp)),
-                Err(Error::VerifyApproval)
-            );
+            assert_eq!(key.verify(changed, Some(&stamp)), Err(Error::Verify));
         }
         // A forged author: the signature no longer matches.
         let mut forged: Stamp = serde_json::from_slice(&b64().decode(&stamp).unwrap()).unwrap();
         forged.author = author("admin");
         let forged = b64().encode(serde_json::to_vec(&forged).unwrap());
-        assert_eq!(
-            key.verify(subject, Some(&forged)),
-            Err(Error::VerifyApproval)
-        );
+        assert_eq!(key.verify(subject, Some(&forged)), Err(Error::Verify));
         // Another operator's key.
         assert_eq!(
             Key::new(b"other").verify(subject, Some(&stamp)),
-            Err(Error::VerifyApproval)
+            Err(Error::Verify)
         );
     }
 }

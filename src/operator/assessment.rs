@@ -109,7 +109,8 @@ pub async fn assessment<K: Tenant>(
         };
     }
     let file_name = format!("{}.star", cr.name_any());
-    if let Err(e) = crate::script::check::check_text(&file_name, &script) {
+    if let Err(e) = crate::script::check::check_text(crate::library::library(), &file_name, &script)
+    {
         return Assessment::Invalid {
             reason: "ScriptInvalid",
             message: e.to_string().trim_end().to_owned(),

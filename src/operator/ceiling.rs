@@ -10,7 +10,7 @@ use kube::Api;
 use crate::rbac::{Rule, Rules};
 
 /// The ClusterRole the operator reads by default (aggregatable, see `config/rbac`).
-pub const DEFAULT_CEILING: &str = "starkite-controller-ceiling";
+pub(crate) const DEFAULT_CEILING: &str = "starkite-controller-ceiling";
 
 /// Why the ceiling could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use crate::control::controller::{Config, Controller};
 use crate::control::handlers::Handlers;
+use crate::control::request::ControlRequest;
 use crate::control::spec::ControlSpec;
 use crate::k8s::session::Session;
+use crate::k8s::session::SessionCell;
+use crate::library::library;
 use crate::operator::resource::ControlOverrides;
-use crate::script::host::{Host, KubeOptions, Limits};
+use crate::script::host::{Host, Limits};
 use crate::script::permissions::Permissions;
 use crate::script::printer::{self, Printer};
 use crate::script::run::{Finished, run_text};
@@ -77,12 +80,12 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let vars = Vars::from_map(plan.vars.clone());
     // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
     let permissions = Permissions::from_flags(false, true, false, false, false);
-    let mut host = Host::new(vars, permissions, runtime, KubeOptions::default());
+    let mut host = Host::new(library(), vars, permissions, runtime);
     host.printer = Printer::hosted(&plan.name, printer::HOSTED);
     host.limits = plan.limits.clone();
     let host = Arc::new(host);
     let session = Arc::new(Session::from_client(client, plan.namespace.clone(), false));
-    host.k8s.pin(session.clone());
+    host.ext::<SessionCell>().pin(session.clone());
     let (file_name, script, eval_host) =
         (plan.file_name.clone(), plan.script.clone(), host.clone());
     let finished = tokio::task::spawn_blocking(move || {
@@ -91,14 +94,15 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     .await
     .map_err(|e| Error::Join(e.to_string()))?
     .map_err(|e| Error::Evaluate(e.to_string()))?;
-    let Finished::Controller {
-        request,
+    let Finished::HandedOff {
+        handoff,
         module,
         positions,
     } = finished
     else {
         return Err(Error::FindControl);
     };
+    let request = ControlRequest::from_handoff(handoff).map_err(Error::Evaluate)?;
     let handlers = Handlers::of_script(module, positions).map_err(Error::Evaluate)?;
     let mut spec = request.spec;
     let ignored = ignore_hosting_options(&mut spec);

@@ -35,7 +35,5 @@ pub mod tenant;
 pub mod trigger;
 pub mod webhook;
 
-pub use resource::{
-    ClusterStarlarkController, ClusterStarlarkControllerSpec, ControlOverrides, Phase,
-    ScriptSource, StarlarkController, StarlarkControllerSpec, StarlarkControllerStatus, crd_yaml,
-};
+pub(crate) use ceiling::DEFAULT_CEILING;
+pub use resource::crd_yaml;

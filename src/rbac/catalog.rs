@@ -478,7 +478,7 @@ impl Catalog {
 
 /// The cluster's resources, when a cluster is configured and answers within a few
 /// seconds; otherwise none (inference then knows only the built-in kinds and CRDs).
-pub fn discover(kube: &crate::script::host::KubeOptions) -> Vec<Resource> {
+pub fn discover(kube: &crate::k8s::session::KubeOptions) -> Vec<Resource> {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -18,7 +18,9 @@ use std::path::PathBuf;
 pub use catalog::{Catalog, discover};
 pub use extra::parse_rule;
 pub use inference::{ControlFacts, Inference, WatchNamespace, infer, infer_text};
-pub use rule::{Rule, Rules, Scope, Site};
+#[cfg(test)]
+pub(crate) use rule::Site;
+pub use rule::{Rule, Rules, Scope};
 
 /// Why inference failed. Problems inside the script are warnings, not errors.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,6 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a blocked builtin looks at the stop condition.
@@ -28,8 +27,9 @@ impl Cancel {
     }
 
     /// Cancelled once `flag` is set.
-    pub fn flag(flag: Arc<AtomicBool>) -> Self {
-        Cancel::new(move || flag.load(Ordering::Relaxed))
+    #[cfg(test)]
+    pub fn flag(flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Cancel::new(move || flag.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     pub fn is_set(&self) -> bool {
@@ -145,7 +145,7 @@ mod tests {
         assert_eq!(r, Err(Interrupted::OverBudget));
         assert!(started.elapsed() < Duration::from_secs(5));
 
-        let stop = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let budget = Budget {
             deadline: Instant::now() + Duration::from_secs(3600),
             stop: Some(Cancel::flag(stop)),

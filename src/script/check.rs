@@ -5,8 +5,8 @@ use std::path::Path;
 
 use starlark::analysis::AstModuleLint;
 
-use super::builtins::globals;
 use super::host::position;
+use super::library::Library;
 use super::run::{self, parse};
 
 /// A check that found problems; the message lists them with file:line:col.
@@ -32,23 +32,27 @@ impl Error {
 ///
 /// # Errors
 /// [`Error::Lint`] with every problem, one per line; or the parse error.
-pub fn check(path: &Path) -> Result<String, Error> {
+pub fn check(library: &Library, path: &Path) -> Result<String, Error> {
     let (ast, _) = parse(path)?;
-    lint(&ast)
+    lint(library, &ast)
 }
 
 /// [`check`] for script text without a file (a StarlarkController's), shown as `name`.
 ///
 /// # Errors
 /// As [`check`].
-pub fn check_text(name: &str, text: &str) -> Result<String, Error> {
+pub fn check_text(library: &Library, name: &str, text: &str) -> Result<String, Error> {
     let ast = starlark::syntax::AstModule::parse(name, text.to_owned(), &super::loader::dialect())
         .map_err(|e| Error::Parse(run::Error::Script(e.to_string())))?;
-    lint(&ast)
+    lint(library, &ast)
 }
 
-fn lint(ast: &starlark::syntax::AstModule) -> Result<String, Error> {
-    let names: HashSet<String> = globals().names().map(|n| n.as_str().to_owned()).collect();
+fn lint(library: &Library, ast: &starlark::syntax::AstModule) -> Result<String, Error> {
+    let names: HashSet<String> = library
+        .globals()
+        .names()
+        .map(|n| n.as_str().to_owned())
+        .collect();
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for lint in ast.lint(Some(&names)) {
@@ -70,7 +74,7 @@ fn lint(ast: &starlark::syntax::AstModule) -> Result<String, Error> {
             warnings.push(format!("warning: {line}"));
         }
     }
-    for (span, problem) in super::lint::check_calls(ast) {
+    for (span, problem) in super::lint::check_calls(library, ast) {
         errors.push(format!("{}: {problem}", position(&span)));
     }
     errors.sort();

@@ -1,40 +1,61 @@
 //! The host context a script runs in, handed to builtins through `Evaluator.extra`.
 
-use std::path::PathBuf;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use starlark::any::ProvidesStaticType;
 use starlark::eval::Evaluator;
 
+use super::library::Library;
 use super::permissions::{Access, Permissions};
 use super::vars::Vars;
 
-/// Where and how to reach the cluster (`--kubeconfig`, `--context`, `--dry-run`).
-#[derive(Debug, Clone, Default)]
-pub struct KubeOptions {
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
-    pub dry_run: bool,
-}
-
 /// Everything a builtin may need from the process: variables, permissions, the async
-/// runtime to wait on, and the cluster connection settings.
+/// runtime to wait on, the library of globals, and what the layers above keep per run
+/// ([`Extensions`]: the cluster sessions, the write log).
 #[derive(ProvidesStaticType)]
 pub struct Host {
     pub vars: Vars,
     pub permissions: Permissions,
     pub runtime: tokio::runtime::Handle,
-    pub kube: KubeOptions,
-    /// The Kubernetes session, created on the first cluster call.
-    pub k8s: crate::k8s::session::SessionCell,
-    /// What this script's own writes returned, for self-echo suppression.
-    pub writes: crate::control::echo::WriteLog,
+    /// The globals and loadable modules scripts see, composed by the layers above.
+    pub library: &'static Library,
     /// Where `print()` goes.
     pub printer: super::printer::Printer,
     /// What the script may ask for and use.
     pub limits: Limits,
-    /// Set by `k8s.control(...)`: the controller the script asked for.
-    control: std::sync::Mutex<Option<ControlRequest>>,
+    /// State of the layers above, one value per type.
+    extensions: Extensions,
+    /// What a builtin handed over when it stopped the script (`k8s.control(...)`).
+    handoff: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+/// One value per type, created on first use: how the layers above keep their own
+/// per-run state in the host without the host knowing their types.
+#[derive(Default)]
+pub struct Extensions(Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
+
+impl Extensions {
+    /// The value of type `T`, created with `T::default()` if there is none yet.
+    pub fn get<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let value = map
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()))
+            .clone();
+        // The entry under T's TypeId always holds a T.
+        value
+            .downcast::<T>()
+            .unwrap_or_else(|_| Arc::new(T::default()))
+    }
+
+    /// Sets the value of type `T`, replacing any earlier one.
+    pub fn set<T: Any + Send + Sync>(&self, value: T) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(TypeId::of::<T>(), Arc::new(value));
+    }
 }
 
 /// Bounds on what a script may ask for and use. `kite run` trusts its user and keeps
@@ -133,58 +154,61 @@ impl Limits {
     }
 }
 
-/// A controller requested by `k8s.control(...)`, and the client it was called on.
-#[derive(Debug, Clone)]
-pub struct ControlRequest {
-    pub spec: crate::control::spec::ControlSpec,
-    pub session: crate::k8s::session::SessionKey,
-}
-
 impl Host {
     /// A host for one run.
     pub fn new(
+        library: &'static Library,
         vars: Vars,
         permissions: Permissions,
         runtime: tokio::runtime::Handle,
-        kube: KubeOptions,
     ) -> Self {
         Self {
             vars,
             permissions,
             runtime,
-            kube,
-            k8s: Default::default(),
-            writes: Default::default(),
+            library,
             printer: super::printer::Printer::plain(),
             limits: Limits::default(),
-            control: Default::default(),
+            extensions: Extensions::default(),
+            handoff: Mutex::default(),
         }
     }
 
-    /// Records the controller a script asked for.
-    ///
-    /// # Errors
-    /// When the script already asked for one: a script runs one controller.
-    pub fn request_control(&self, request: ControlRequest) -> anyhow::Result<()> {
-        let mut slot = self.control.lock().unwrap_or_else(|p| p.into_inner());
+    /// The layers' state of type `T` (see [`Extensions::get`]).
+    pub fn ext<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        self.extensions.get()
+    }
+
+    /// Sets the layers' state of type `T` before the run.
+    #[must_use]
+    pub fn with<T: Any + Send + Sync>(self, value: T) -> Self {
+        self.extensions.set(value);
+        self
+    }
+
+    /// Records what a builtin hands over as it stops the script; [`super::run::run`]
+    /// returns it with the frozen module. False, and nothing recorded, when something
+    /// was handed over already.
+    pub fn hand_off(&self, value: Box<dyn Any + Send>) -> bool {
+        let mut slot = self.handoff.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_some() {
-            anyhow::bail!("k8s.control: a script can start only one controller");
+            return false;
         }
-        *slot = Some(request);
-        Ok(())
+        *slot = Some(value);
+        true
     }
 
-    /// True once the script has called `k8s.control(...)`.
-    pub fn control_requested(&self) -> bool {
-        self.control
+    /// True once a builtin has handed something over.
+    pub fn handed_off(&self) -> bool {
+        self.handoff
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
     }
 
-    /// The controller the script asked for, if any.
-    pub fn take_control(&self) -> Option<ControlRequest> {
-        self.control
+    /// What a builtin handed over, if anything.
+    pub fn take_handoff(&self) -> Option<Box<dyn Any + Send>> {
+        self.handoff
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()

@@ -11,7 +11,7 @@ use starlark_syntax::syntax::ast::{
 };
 use starlark_syntax::syntax::uniplate::Visit;
 
-use super::builtins::globals;
+use super::library::Library;
 
 /// What a builtin accepts.
 #[derive(Debug, Clone, Default)]
@@ -27,7 +27,8 @@ pub struct Signature {
 }
 
 impl Signature {
-    fn from_docs(params: &DocParams) -> Self {
+    /// The signature a builtin's documentation describes.
+    pub fn from_docs(params: &DocParams) -> Self {
         let req = |p: &starlark::docs::DocParam| (p.name.clone(), p.default_value.is_none());
         Signature {
             positional: params
@@ -104,10 +105,11 @@ impl Signature {
 }
 
 /// Signatures of every builtin a script can call by a plain or dotted name:
-/// `len`, `var_int`, `json.encode`, `k8s.get`, `k8s.obj.deployment`, ...
-pub fn known_signatures() -> BTreeMap<String, Signature> {
+/// `len`, `var_int`, `json.encode`, and what the library's layers add (`k8s.get`,
+/// `k8s.obj.deployment`, ...).
+pub fn known_signatures(library: &Library) -> BTreeMap<String, Signature> {
     let mut known = BTreeMap::new();
-    let g = globals();
+    let g = library.globals();
     for (name, value) in g.iter() {
         match value.to_value().documentation() {
             DocItem::Member(DocMember::Function(f)) => {
@@ -123,46 +125,13 @@ pub fn known_signatures() -> BTreeMap<String, Signature> {
             _ => {}
         }
     }
-    for (name, member) in crate::k8s::module::method_docs().members {
-        if let DocMember::Function(f) = member {
-            known.insert(format!("k8s.{name}"), Signature::from_docs(&f.params));
-        }
-    }
-    // control() takes **kwargs to give its own messages; check against its keyword list.
-    known.insert(
-        "k8s.control".to_owned(),
-        Signature {
-            positional: vec![("kind".to_owned(), false)],
-            kwargs: true,
-            kwarg_names: Some(
-                crate::control::spec::KEYWORDS
-                    .iter()
-                    .map(|k| (*k).to_owned())
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-    );
-    for (name, positional, keywords) in crate::k8s::obj::signatures() {
-        known.insert(
-            format!("k8s.obj.{name}"),
-            Signature {
-                positional: positional
-                    .map(|p| (p.to_owned(), false))
-                    .into_iter()
-                    .collect(),
-                kwargs: true,
-                kwarg_names: Some(keywords.iter().map(|k| (*k).to_owned()).collect()),
-                ..Default::default()
-            },
-        );
-    }
+    library.add_signatures(&mut known);
     known
 }
 
 /// Checks every call to a known builtin in `ast`; returns (location, problem) pairs.
-pub fn check_calls(ast: &AstModule) -> Vec<(FileSpan, String)> {
-    let known = known_signatures();
+pub fn check_calls(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)> {
+    let known = known_signatures(library);
     let shadowed = bound_names(ast.statement());
     let mut problems = Vec::new();
     walk(Visit::Stmt(ast.statement()), &mut |expr: &AstExpr| {
@@ -246,13 +215,14 @@ fn walk<'a>(node: Visit<'a, AstNoPayload>, f: &mut impl FnMut(&'a AstExpr)) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use starlark::syntax::Dialect;
 
-    fn problems(code: &str) -> Vec<String> {
+    /// The problems `check_calls` finds in `code`, as `line:col: problem`.
+    pub(crate) fn problems(library: &Library, code: &str) -> Vec<String> {
         let ast = AstModule::parse("t.star", code.to_owned(), &Dialect::Extended).unwrap();
-        check_calls(&ast)
+        check_calls(library, &ast)
             .into_iter()
             .map(|(span, p)| {
                 let pos = span.resolve_span();
@@ -263,8 +233,10 @@ mod tests {
 
     #[test]
     fn reports_arity_and_keyword_problems_with_positions() {
-        let found =
-            problems("n = var_int()\nprint(len(1, 2))\nk8s.get('pods', 'x', namespce='y')\n");
+        let found = problems(
+            Library::standard(),
+            "n = var_int()\nprint(len(1, 2))\njson.encode({}, indnt=2)\n",
+        );
         assert!(
             found.contains(&"1:5: var_int(): missing required argument \"name\"".to_owned()),
             "{found:?}"
@@ -278,37 +250,16 @@ mod tests {
         assert!(
             found
                 .iter()
-                .any(|p| p.starts_with("3:1: k8s.get(): unknown keyword argument \"namespce\"")),
-            "{found:?}"
-        );
-    }
-
-    #[test]
-    fn checks_builder_keywords() {
-        let found = problems("k8s.obj.deployment(name='x', replica=2)");
-        assert!(
-            found
-                .iter()
-                .any(|p| p.contains("unknown keyword argument \"replica\"")),
-            "{found:?}"
-        );
-        assert!(problems("k8s.obj.deployment('x', replicas=2, containers=[])").is_empty());
-        let found = problems("k8s.control('pods', reconcile=None, workerz=2)");
-        assert!(
-            found
-                .iter()
-                .any(|p| p.contains("unknown keyword argument \"workerz\"")),
+                .any(|p| p.starts_with("3:1: json.encode(): unknown keyword argument \"indnt\"")),
             "{found:?}"
         );
     }
 
     #[test]
     fn valid_and_shadowed_calls_pass() {
-        assert!(
-            problems("var_int('a', 3)\njson.encode({})\nk8s.list('pods', namespace='x')")
-                .is_empty()
-        );
-        assert!(problems("def len(a, b):\n  return a\nlen(1, 2)").is_empty());
-        assert!(problems("f = {}\nvar_int(*[1])").is_empty());
+        let std = Library::standard();
+        assert!(problems(std, "var_int('a', 3)\njson.encode({})").is_empty());
+        assert!(problems(std, "def len(a, b):\n  return a\nlen(1, 2)").is_empty());
+        assert!(problems(std, "f = {}\nvar_int(*[1])").is_empty());
     }
 }

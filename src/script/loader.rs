@@ -1,4 +1,4 @@
-//! `load()`: the built-in `k8s` module and `.star` files relative to the loading file.
+//! `load()`: the library's modules (`k8s`) and `.star` files relative to the loading file.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -8,8 +8,8 @@ use starlark::environment::{FrozenModule, Module};
 use starlark::eval::{Evaluator, FileLoader};
 use starlark::syntax::{AstModule, Dialect};
 
-use super::builtins::globals;
 use super::host::Host;
+use super::library::ModuleFn;
 
 /// The modules loaded so far in one run, shared by every file's loader.
 #[derive(Default)]
@@ -17,7 +17,8 @@ pub struct LoadCache {
     done: RefCell<HashMap<PathBuf, FrozenModule>>,
     /// Files being loaded right now, to report cycles instead of recursing forever.
     in_progress: RefCell<Vec<PathBuf>>,
-    builtin_k8s: RefCell<Option<FrozenModule>>,
+    /// The library's modules, built once per run.
+    builtin: RefCell<HashMap<&'static str, FrozenModule>>,
 }
 
 /// The loader of one file: resolves relative paths against that file's directory.
@@ -38,12 +39,17 @@ pub fn dialect() -> Dialect {
 
 impl FileLoader for Loader<'_> {
     fn load(&self, path: &str) -> starlark::Result<FrozenModule> {
-        if path == "k8s" || path == "@kite//k8s" {
-            return self.builtin_k8s().map_err(starlark::Error::new_other);
+        let name = path.strip_prefix("@kite//").unwrap_or(path);
+        if let Some(module) = self.host.library.module(name) {
+            return self.builtin(module).map_err(starlark::Error::new_other);
         }
         let Some(dir) = &self.dir else {
+            let names: Vec<String> = (self.host.library.module_names().iter())
+                .map(|n| format!("load({n:?}, {n:?})"))
+                .collect();
             return Err(starlark::Error::new_other(anyhow::anyhow!(
-                "load({path:?}): this script has no directory to load files from; only load(\"k8s\", \"k8s\") is available"
+                "load({path:?}): this script has no directory to load files from; only {} is available",
+                names.join(" or ")
             )));
         };
         let full = resolve(dir, path);
@@ -82,7 +88,7 @@ impl FileLoader for Loader<'_> {
                 eval.extra = Some(self.host);
                 eval.set_loader(&loader);
                 eval.set_print_handler(&self.host.printer);
-                eval.eval_module(ast, globals())?;
+                eval.eval_module(ast, self.host.library.globals())?;
             }
             module
                 .freeze()
@@ -96,19 +102,16 @@ impl FileLoader for Loader<'_> {
 }
 
 impl Loader<'_> {
-    fn builtin_k8s(&self) -> anyhow::Result<FrozenModule> {
-        if let Some(m) = self.cache.builtin_k8s.borrow().as_ref() {
+    fn builtin(&self, (name, add): (&'static str, ModuleFn)) -> anyhow::Result<FrozenModule> {
+        if let Some(m) = self.cache.builtin.borrow().get(name) {
             return Ok(m.clone());
         }
         let frozen = Module::with_temp_heap(|module| {
-            module.set(
-                "k8s",
-                module.heap().alloc(crate::k8s::module::module_value()),
-            );
+            add(&module);
             module.freeze()
         })
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        *self.cache.builtin_k8s.borrow_mut() = Some(frozen.clone());
+        self.cache.builtin.borrow_mut().insert(name, frozen.clone());
         Ok(frozen)
     }
 }

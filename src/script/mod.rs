@@ -6,6 +6,7 @@ pub mod builtins;
 pub mod check;
 pub mod host;
 pub mod json;
+pub mod library;
 pub mod lint;
 pub mod loader;
 pub mod memory;

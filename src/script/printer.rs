@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use starlark::PrintHandler;
 
@@ -111,7 +111,9 @@ impl PrintHandler for Printer {
 }
 
 /// How long a hosted script must stay quiet for its bucket to refill completely.
-pub fn refill_time(limit: RateLimit) -> Duration {
+#[cfg(test)]
+fn refill_time(limit: RateLimit) -> std::time::Duration {
+    use std::time::Duration;
     Duration::from_secs_f64(limit.burst / limit.per_second)
 }
 

@@ -8,8 +8,7 @@ use starlark::environment::{FrozenModule, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::AstModule;
 
-use super::builtins::globals;
-use super::host::{ControlRequest, Host};
+use super::host::Host;
 use super::loader::{LoadCache, Loader, dialect, display_name};
 use super::syntax;
 use super::{budget, memory};
@@ -60,17 +59,17 @@ pub fn parse(path: &Path) -> Result<(AstModule, String)> {
 pub enum Finished {
     /// The script ran to completion.
     Done,
-    /// The script called `k8s.control(...)`: the controller to start, and the frozen
-    /// module that holds its handlers.
-    Controller {
-        request: Box<ControlRequest>,
+    /// A builtin handed something over and stopped the script (`k8s.control(...)`
+    /// hands over the controller to start); the frozen module holds what it refers to.
+    HandedOff {
+        handoff: Box<dyn std::any::Any + Send>,
         module: FrozenModule,
         /// Where each function of the script is defined (`name` to `file:line:col`).
         positions: std::collections::HashMap<String, String>,
     },
 }
 
-/// Runs the script at `path` until it finishes or calls `k8s.control(...)`.
+/// Runs the script at `path` until it finishes or a builtin hands over (`k8s.control`).
 ///
 /// # Errors
 /// A parse or evaluation error, rendered for the terminal.
@@ -128,7 +127,7 @@ fn evaluate(
                     }
                     deadline.is_some_and(|d| Instant::now() >= d)
                 }));
-                eval.eval_module(ast, globals()).and_then(|_| {
+                eval.eval_module(ast, host.library.globals()).and_then(|_| {
                     let main = module.get("main").filter(|m| m.get_type() == "function");
                     match (calls_main, main) {
                         (false, Some(main)) => eval.eval_function(main, &[], &[]).map(|_| ()),
@@ -137,11 +136,12 @@ fn evaluate(
                 })
             };
             match evaluated {
-                // k8s.control() unwinds the script with an error once it has recorded the
-                // controller; anything else is a real error.
-                Err(_) if host.control_requested() => {}
+                // A builtin that hands over (k8s.control) unwinds the script with an
+                // error once it has recorded what it hands over; anything else is a real
+                // error.
+                Err(_) if host.handed_off() => {}
                 Err(e) => return Err(e),
-                Ok(()) if !host.control_requested() => return Ok(None),
+                Ok(()) if !host.handed_off() => return Ok(None),
                 Ok(()) => {}
             }
             module.freeze().map(Some).map_err(|e| {
@@ -182,11 +182,11 @@ fn evaluate(
         )),
         _ => Error::Script(e.to_string()),
     })?;
-    let (Some(frozen), Some(request)) = (frozen, host.take_control()) else {
+    let (Some(frozen), Some(handoff)) = (frozen, host.take_handoff()) else {
         return Ok(Finished::Done);
     };
-    Ok(Finished::Controller {
-        request: Box::new(request),
+    Ok(Finished::HandedOff {
+        handoff,
         module: frozen,
         positions,
     })

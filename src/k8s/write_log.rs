@@ -1,5 +1,5 @@
-//! Self-echo suppression: the resourceVersions that this controller's own writes
-//! returned, so the watch event they cause does not trigger a reconcile by itself.
+//! The resourceVersions a script's own writes returned, so that a controller can tell
+//! the watch events they cause from changes made by others (self-echo suppression).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;

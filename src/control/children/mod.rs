@@ -9,11 +9,11 @@ use std::collections::{BTreeSet, HashSet};
 
 use serde_json::{Value as Json, json};
 
-use crate::control::echo::WriteLog;
 use crate::control::watches::{Role, Watches};
 use crate::k8s::discovery::Resource;
 use crate::k8s::ops::{self, Target};
 use crate::k8s::session::Session;
+use crate::k8s::write_log::WriteLog;
 
 /// How long looking up an existing child may take.
 const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -84,7 +84,7 @@ async fn existing(
     let watched = ctx
         .watches
         .ensure(ctx.session, resource, Role::Children, ctx.namespace);
-    let key = super::control::informer::Key::of(child);
+    let key = super::informer::Key::of(child);
     if let Some(cached) = key.as_ref().and_then(|k| watched.store.get(k)) {
         return Ok(Some(cached));
     }
@@ -294,7 +294,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         let rv = |o: &Json| o["metadata"]["resourceVersion"].as_str().map(str::to_owned);
         // Read before applying: the watch may deliver the applied object before the
         // comparison below, and a change must still count as one.
-        let before = super::control::informer::Key::of(child)
+        let before = super::informer::Key::of(child)
             .and_then(|k| watched.store.get(&k))
             .and_then(|o| rv(&o));
         let applied = ops::apply(ctx.session, child, ns, FIELD_MANAGER, true, false)
@@ -305,7 +305,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
                 source,
             })?;
         ctx.writes.record(&applied);
-        let key = super::control::informer::Key::of(&applied);
+        let key = super::informer::Key::of(&applied);
         let cached = key.as_ref().and_then(|k| watched.store.get(k));
         if before.is_none() || before != rv(&applied) {
             report.changed.push(what.clone());
