@@ -122,7 +122,7 @@ pub async fn connections<O, OF, IO, H, HF>(
             return;
         };
         let tcp = tokio::select! {
-            _ = &mut shutdown => return,
+            () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => tcp,
                 Err(e) => {

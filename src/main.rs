@@ -1,5 +1,12 @@
 //! The `kite` binary: parses the command line and wires the library together.
 
+#![warn(clippy::pedantic)]
+#![allow(
+    clippy::doc_markdown,
+    clippy::too_many_lines,
+    clippy::needless_pass_by_value
+)]
+
 use std::process::ExitCode;
 
 use std::sync::Arc;
@@ -200,6 +207,7 @@ fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<kite::Inf
 }
 
 fn init_logging(format: LogFormat, verbose: u8) {
+    use std::io::IsTerminal;
     let default = match verbose {
         0 => "info",
         1 => "debug",
@@ -207,7 +215,6 @@ fn init_logging(format: LogFormat, verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KITE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

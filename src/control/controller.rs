@@ -113,12 +113,12 @@ impl Controller {
                     shutdown_rx.clone(),
                     move |role, c| {
                         if let Some(s) = on_change.upgrade() {
-                            s.on_secondary(role, c)
+                            s.on_secondary(role, c);
                         }
                     },
                     move || {
                         if let Some(s) = on_restart.upgrade() {
-                            s.metrics.record_watch_restart()
+                            s.metrics.record_watch_restart();
                         }
                     },
                 )
@@ -350,14 +350,14 @@ async fn every(
     loop {
         let jitter = 0.9
             + 0.2
-                * (std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.subsec_nanos())
-                    .unwrap_or(0) as f64
-                    / 1e9);
+                * (f64::from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos()),
+                ) / 1e9);
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(period.mul_f64(jitter)) => {}
+            () = tokio::time::sleep(period.mul_f64(jitter)) => {}
         }
         if shared.store.is_synced() {
             f(&shared);

@@ -159,7 +159,7 @@ impl Handlers {
                 .try_map(|v| {
                     DictRef::from_value(v.to_value())
                         .and_then(|d| d.get_str(name))
-                        .and_then(|f| f.unpack_frozen())
+                        .and_then(starlark::values::Value::unpack_frozen)
                         .ok_or(())
                 })
                 .ok()
@@ -167,14 +167,12 @@ impl Handlers {
         let related_list = field("related");
         let mut related = Vec::new();
         if let Some(list) = &related_list {
-            let n = ListRef::from_value(list.value())
-                .map(|l| l.len())
-                .unwrap_or(0);
+            let n = ListRef::from_value(list.value()).map_or(0, |l| l.len());
             for i in 0..n {
                 let item = list.try_map(|v| {
                     ListRef::from_value(v.to_value())
                         .and_then(|l| l.content().get(i).copied())
-                        .and_then(|f| f.unpack_frozen())
+                        .and_then(starlark::values::Value::unpack_frozen)
                         .ok_or(())
                 });
                 related.extend(item.ok());
@@ -188,7 +186,7 @@ impl Handlers {
             finalize: field("finalize"),
             predicate: field("predicate"),
             related,
-            positions: Default::default(),
+            positions: std::collections::HashMap::default(),
             _module: module,
         })
     }

@@ -23,7 +23,7 @@ pub use crate::k8s::session::WATCH_TIMEOUT_SECS;
 /// One list page.
 const LIST_PAGE: u32 = 500;
 /// One list page.
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+const CALL_TIMEOUT: Duration = Duration::from_mins(1);
 /// Starting a watch (a pooled connection may be dead too).
 const WATCH_START_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -86,7 +86,7 @@ impl Store {
     pub fn get(&self, key: &Key) -> Option<Arc<Json>> {
         self.objects
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(key)
             .cloned()
     }
@@ -94,7 +94,7 @@ impl Store {
     pub fn keys(&self) -> Vec<Key> {
         self.objects
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .keys()
             .cloned()
             .collect()
@@ -103,7 +103,7 @@ impl Store {
     pub fn objects(&self) -> Vec<Arc<Json>> {
         self.objects
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
             .cloned()
             .collect()
@@ -127,7 +127,10 @@ impl Store {
     fn upsert(&self, obj: Json) -> Option<Change> {
         let key = Key::of(&obj)?;
         let new = Arc::new(obj);
-        let mut map = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .objects
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match map.insert(key, new.clone()) {
             None => Some(Change::Added(new)),
             // A re-list returns unchanged objects; they are not changes.
@@ -140,7 +143,7 @@ impl Store {
         let cached = self
             .objects
             .write()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
         let obj = last.map(Arc::new).or(cached)?;
         Some(Change::Deleted(obj))
@@ -150,8 +153,7 @@ impl Store {
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .map_or(0, crate::duration::millis)
 }
 
 fn rv(obj: &Json) -> Option<&str> {
@@ -394,7 +396,7 @@ fn is_gone(e: &kube::Error) -> bool {
 async fn pause(shutdown: &mut watch::Receiver<bool>, delay: Duration) -> bool {
     tokio::select! {
         _ = shutdown.wait_for(|stop| *stop) => true,
-        _ = tokio::time::sleep(delay) => false,
+        () = tokio::time::sleep(delay) => false,
     }
 }
 
@@ -418,8 +420,7 @@ impl Backoff {
                 * f64::from(
                     SystemTime::now()
                         .duration_since(UNIX_EPOCH)
-                        .map(|d| d.subsec_nanos() % 1000)
-                        .unwrap_or(0),
+                        .map_or(0, |d| d.subsec_nanos() % 1000),
                 )
                 / 1000.0;
         now.mul_f64(jitter)

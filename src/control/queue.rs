@@ -24,7 +24,7 @@ impl Default for QueueConfig {
     fn default() -> Self {
         Self {
             base_backoff: Duration::from_secs(5),
-            max_backoff: Duration::from_secs(300),
+            max_backoff: Duration::from_mins(5),
             retry_qps: 10.0,
             retry_burst: 100,
         }

@@ -117,11 +117,11 @@ pub(super) fn reconcile(
     shared
         .with_children
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(key.clone());
     let ctx = children_context(shared);
     let report = guarded(shared, runtime, async {
-        let limit = Duration::from_secs(120);
+        let limit = Duration::from_mins(2);
         match tokio::time::timeout(limit, children::reconcile(&ctx, &obj, desired)).await {
             Ok(report) => report.map_err(WriteError::from),
             Err(_) => Err(crate::k8s::ops::Error::Timeout(limit).into()),
@@ -211,7 +211,7 @@ pub(super) fn owns_ready(shared: &Shared, key: &Key, obj: &Json) -> bool {
     shared
         .with_children
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .contains(key)
         || obj["status"]["conditions"]
             .as_array()

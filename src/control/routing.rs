@@ -29,7 +29,10 @@ impl Shared {
             return;
         }
         {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let p = pending.entry(key.clone()).or_default();
             if wants_events {
                 if p.events.len() >= MAX_PENDING_EVENTS {
@@ -75,7 +78,7 @@ impl Shared {
             Role::Related(i) => {
                 self.related
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .insert((i, key.clone()), obj);
                 self.queue.add(WorkKey::Related(i, key));
             }
@@ -120,7 +123,7 @@ impl Shared {
                     };
                     self.pending
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .entry(parent.clone())
                         .or_default()
                         .reconcile
@@ -140,7 +143,10 @@ impl Shared {
         for obj in self.store.objects() {
             let Some(key) = Key::of(&obj) else { continue };
             {
-                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let mut pending = self
+                    .pending
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let p = pending.entry(key.clone()).or_default();
                 if events && p.events.len() < MAX_PENDING_EVENTS {
                     p.events

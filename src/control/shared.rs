@@ -124,7 +124,11 @@ impl Shared {
 
     /// What cancels work started now: the end of this term, or a lease running out.
     pub(super) fn cancel(&self) -> Cancel {
-        let term = self.term.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let term = self
+            .term
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         let leases: Vec<Arc<Validity>> = self
             .lease
             .iter()
@@ -138,12 +142,15 @@ impl Shared {
     pub(super) fn end_term(&self) {
         self.term
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .store(true, Ordering::Relaxed);
     }
 
     /// Starts a new term (after becoming the leader again).
     pub(super) fn new_term(&self) {
-        *self.term.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(AtomicBool::new(false));
+        *self
+            .term
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(AtomicBool::new(false));
     }
 }

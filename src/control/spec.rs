@@ -134,9 +134,13 @@ fn boolean(name: &str, v: Value) -> anyhow::Result<bool> {
     })
 }
 
-fn integer(name: &str, v: Value, min: i64, max: i64) -> anyhow::Result<i64> {
+/// An integer argument in `min..=max`, as the type the spec keeps it in (the range
+/// fits that type, so the conversion cannot fail once the range holds).
+fn integer<T: TryFrom<i64>>(name: &str, v: Value, min: i64, max: i64) -> anyhow::Result<T> {
     match v.unpack_i32() {
-        Some(i) if (min..=max).contains(&i64::from(i)) => Ok(i64::from(i)),
+        Some(i) if (min..=max).contains(&i64::from(i)) => {
+            T::try_from(i64::from(i)).map_err(|_| err(format!("{name} {i} does not fit its type")))
+        }
         Some(i) => Err(err(format!(
             "{name} must be between {min} and {max}, not {i}"
         ))),
@@ -288,10 +292,10 @@ pub fn parse<'v>(
         poll: get("poll").map(|v| duration("poll", v)).transpose()?,
         resync: match get("resync") {
             Some(v) => Some(duration("resync", v)?).filter(|d| !d.is_zero()),
-            None => Some(Duration::from_secs(600)),
+            None => Some(Duration::from_mins(10)),
         },
         health_port: get("health_port")
-            .map(|v| integer("health_port", v, 1, 65535).map(|p| p as u16))
+            .map(|v| integer::<u16>("health_port", v, 1, 65535))
             .transpose()?,
         generation_changed: get("generation_changed")
             .map(|v| boolean("generation_changed", v))
@@ -300,13 +304,13 @@ pub fn parse<'v>(
         watch_owned,
         watch_related,
         workers: get("workers")
-            .map(|v| integer("workers", v, 1, 64))
+            .map(|v| integer::<usize>("workers", v, 1, 64))
             .transpose()?
-            .unwrap_or(1) as usize,
+            .unwrap_or(1),
         max_retries: get("max_retries")
-            .map(|v| integer("max_retries", v, 0, 1_000_000))
+            .map(|v| integer::<u32>("max_retries", v, 0, 1_000_000))
             .transpose()?
-            .unwrap_or(5) as u32,
+            .unwrap_or(5),
         backoff: get("backoff")
             .map(|v| duration("backoff", v))
             .transpose()?

@@ -66,7 +66,10 @@ impl Watches {
     ) -> Arc<Watched> {
         let ar = &resource.api_resource;
         let id = format!("{}/{}", ar.group, ar.plural);
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(w) = running.get(&(id.clone(), role)) {
             return w.clone();
         }
@@ -96,7 +99,7 @@ impl Watches {
         ));
         self.tasks
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(task);
         tracing::info!(kind = %id, ?role, "watching");
         running.insert((id, role), watched.clone());
@@ -107,13 +110,18 @@ impl Watches {
     pub fn synced(&self) -> bool {
         self.running
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
             .all(|w| w.store.is_synced())
     }
 
     /// The informer tasks, for shutdown to await.
     pub fn take_tasks(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }

@@ -69,7 +69,7 @@ fn map_related(shared: &Shared, index: usize, key: &Key) {
     let obj = shared
         .related
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .remove(&(index, key.clone()));
     let (Some(obj), Some(f)) = (obj, shared.handlers.related.get(index)) else {
         return;
@@ -100,7 +100,7 @@ fn map_related(shared: &Shared, index: usize, key: &Key) {
                 shared
                     .pending
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .entry(primary.clone())
                     .or_default()
                     .reconcile
@@ -109,14 +109,17 @@ fn map_related(shared: &Shared, index: usize, key: &Key) {
             }
         }
         Err(e) => {
-            tracing::warn!(controller = %shared.name, kind, key = %key, "watch_related map_func failed:\n{e}")
+            tracing::warn!(controller = %shared.name, kind, key = %key, "watch_related map_func failed:\n{e}");
         }
     }
 }
 
 fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, key: &Key) {
     let pending = {
-        let mut map = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = shared
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // No entry means a delayed requeue or a retry came due.
         map.remove(key).unwrap_or(Pending {
             reconcile: Some("requeue"),
@@ -184,7 +187,7 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
                 elapsed,
             );
             tracing::info!(
-                controller = %shared.name, key = %key, trigger, duration_ms = elapsed.as_millis() as u64,
+                controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
                 outcome = if requeue.is_some() { "requeue" } else { "success" },
                 requeue_after = requeue.map(crate::duration::format).unwrap_or_default(),
                 "reconciled"
@@ -201,7 +204,7 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
                     &Ready::error(first_line(&e.to_string())),
                 );
             }
-            failed(shared, runtime, item, key, trigger, elapsed, &e)
+            failed(shared, runtime, item, key, trigger, elapsed, &e);
         }
     }
 }
@@ -216,7 +219,7 @@ pub(super) fn guarded<T, E: Into<WriteError>>(
 ) -> Result<T, WriteError> {
     let budget = crate::script::budget::Budget {
         // The write's own timeout bounds it; this budget only carries the cancel.
-        deadline: std::time::Instant::now() + Duration::from_secs(3600),
+        deadline: std::time::Instant::now() + Duration::from_hours(1),
         stop: Some(shared.cancel()),
     };
     match crate::script::budget::scope(budget, || crate::script::budget::block_on(runtime, fut)) {
@@ -234,7 +237,10 @@ pub(super) fn redeliver(
     mut events: std::collections::VecDeque<EventItem>,
     level: Option<&'static str>,
 ) {
-    let mut map = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = shared
+        .pending
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let entry = map.entry(key.clone()).or_default();
     events.append(&mut entry.events);
     entry.events = events;
@@ -286,14 +292,14 @@ fn failed(
         let undelivered = shared
             .pending
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key)
             .map_or(0, |p| p.events.len());
         if undelivered > 0 {
             tracing::error!(controller = %shared.name, key = %key, undelivered, "giving up on {undelivered} undelivered events");
         }
         tracing::error!(
-            controller = %shared.name, key = %key, trigger, duration_ms = elapsed.as_millis() as u64,
+            controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
             outcome = "dropped", failures, error = %first_line(&e.to_string()),
             "reconciled; failed {failures} times, giving up until the object changes"
         );
@@ -310,7 +316,7 @@ fn failed(
     let delay = shared.queue.add_rate_limited(item.clone());
     shared.metrics.record_retry();
     tracing::warn!(
-        controller = %shared.name, key = %key, trigger, duration_ms = elapsed.as_millis() as u64,
+        controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
         outcome = "error", retry_in = %crate::duration::format(delay), failures,
         error = %first_line(&e.to_string()), "reconciled"
     );

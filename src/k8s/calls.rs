@@ -271,9 +271,7 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         let out = out
             .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?
             .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?;
-        Ok(out
-            .map(|o| to_starlark(eval.heap(), &o))
-            .unwrap_or(Value::new_none()))
+        Ok(out.map_or(Value::new_none(), |o| to_starlark(eval.heap(), &o)))
     }
 
     /// Watches a kind. With `handler`, calls `handler(event, obj)` for each event until
@@ -327,7 +325,7 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
             let args = [heap.alloc(kind), to_starlark(heap, &obj)];
             let ret = eval
                 .eval_function(h, &args, &[])
-                .map_err(|e| e.into_anyhow())?;
+                .map_err(starlark::Error::into_anyhow)?;
             if ret.unpack_bool() == Some(false) {
                 break;
             }

@@ -35,8 +35,8 @@ fn collect(value: Value, out: &mut Vec<Json>, depth: usize) -> anyhow::Result<()
         return Ok(());
     }
     let items = ListRef::from_value(value)
-        .map(|l| l.content())
-        .or_else(|| TupleRef::from_value(value).map(|t| t.content()));
+        .map(starlark::values::list::ListRef::content)
+        .or_else(|| TupleRef::from_value(value).map(starlark::values::tuple::TupleRef::content));
     if let Some(items) = items {
         for item in items {
             collect(*item, out, depth + 1)?;

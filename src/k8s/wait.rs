@@ -23,7 +23,7 @@ impl Condition {
     /// Parses the `condition=` argument: None, "delete"/"deleted", or a condition type.
     pub fn parse(s: Option<&str>) -> Self {
         match s.map(str::trim) {
-            None | Some("") | Some("exists") => Condition::Exists,
+            None | Some("" | "exists") => Condition::Exists,
             Some(c) if c.eq_ignore_ascii_case("delete") || c.eq_ignore_ascii_case("deleted") => {
                 Condition::Deleted
             }

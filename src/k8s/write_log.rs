@@ -34,7 +34,10 @@ impl WriteLog {
     /// Remembers the object a write returned.
     pub fn record(&self, obj: &Json) {
         let Some(id) = identity(obj) else { return };
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if inner.set.insert(id.clone()) {
             inner.order.push_back(id);
         }
@@ -50,7 +53,10 @@ impl WriteLog {
         let Some(id) = identity(obj) else {
             return false;
         };
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Left in `order`; it ages out there and is skipped by the set check.
         inner.set.remove(&id)
     }

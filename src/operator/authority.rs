@@ -84,7 +84,7 @@ pub fn permissions(rules: &Rules) -> Vec<Permission> {
         let why = rule
             .sites
             .first()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .unwrap_or_default();
         let names: Vec<String> = if rule.resource_names.is_empty() {
             vec![String::new()]

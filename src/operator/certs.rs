@@ -20,7 +20,7 @@ use rcgen::{
 /// The Secret's name.
 pub const SECRET: &str = "kite-operator-webhook";
 /// Reissue the serving certificate when it has less than this left.
-const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+const RENEW_BEFORE: Duration = Duration::from_hours(720);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const HOSTS_ANNOTATION: &str = "starkite.io/serving-hosts";
 const NOT_AFTER_ANNOTATION: &str = "starkite.io/serving-not-after";
@@ -100,7 +100,7 @@ pub async fn certs(client: &kube::Client, namespace: &str, hosts: &[String]) -> 
                 return read(&s, namespace);
             }
             // Another operator made or renewed it meanwhile: use theirs.
-            Ok(Err(kube::Error::Api(s))) if s.code == 409 => continue,
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {}
             Ok(Err(source)) => {
                 return Err(Error::WriteSecret {
                     namespace: namespace.into(),
@@ -124,7 +124,7 @@ fn current(s: &Secret, hosts: &[String]) -> bool {
         .and_then(|t| t.parse::<Timestamp>().ok())
         .is_some_and(|t| {
             let left = t.as_second() - Timestamp::now().as_second();
-            left > RENEW_BEFORE.as_secs() as i64
+            left > RENEW_BEFORE.as_secs().cast_signed()
         });
     let has = |k: &str| s.data.as_ref().is_some_and(|d| d.contains_key(k));
     fresh_enough
@@ -279,7 +279,11 @@ fn ca_params() -> Result<CertificateParams> {
 fn set_validity(params: &mut CertificateParams, days: i64) -> Result<Timestamp> {
     let date = |t: Timestamp| {
         let d = t.to_zoned(TimeZone::UTC).date();
-        rcgen::date_time_ymd(d.year().into(), d.month() as u8, d.day() as u8)
+        rcgen::date_time_ymd(
+            d.year().into(),
+            d.month().unsigned_abs(),
+            d.day().unsigned_abs(),
+        )
     };
     let now = Timestamp::now();
     let before = now.checked_sub(24.hours()).map_err(|_| Error::Date)?;
@@ -296,7 +300,7 @@ mod tests {
     use super::*;
 
     fn secret(hosts: &[&str]) -> Secret {
-        let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+        let hosts: Vec<String> = hosts.iter().map(std::string::ToString::to_string).collect();
         fresh(&hosts).unwrap()
     }
 

@@ -18,8 +18,7 @@ pub fn first_outside(resolved: &Rules, namespace: &str) -> Option<String> {
     let site = rule
         .sites
         .first()
-        .map(|s| format!("{s} needs"))
-        .unwrap_or_else(|| "the script needs".to_owned());
+        .map_or_else(|| "the script needs".to_owned(), |s| format!("{s} needs"));
     Some(format!(
         "{site} {} on {} ({where_}), but a StarlarkController is confined to its namespace {namespace}; \
          use a ClusterStarlarkController",

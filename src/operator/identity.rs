@@ -23,7 +23,7 @@ pub fn impersonating(
     let mut config = base.clone();
     config.auth_info.impersonate = Some(service_account_user(namespace, name));
     config.auth_info.impersonate_groups = None;
-    config.default_namespace = namespace.to_owned();
+    namespace.clone_into(&mut config.default_namespace);
     config.read_timeout = Some(crate::k8s::session::READ_TIMEOUT);
     config.connect_timeout = Some(Duration::from_secs(10));
     kube::Client::try_from(config)

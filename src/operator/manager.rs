@@ -254,7 +254,7 @@ pub async fn run(
         };
         tracing::warn!(error = %failed, "registering the admission webhook; retrying");
         tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
+            () = tokio::time::sleep(delay) => {}
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
         delay = (delay * 2).min(Duration::from_secs(30));
@@ -304,7 +304,7 @@ pub async fn run(
                 &ctx,
                 end.clone(),
             )
-            .await
+            .await;
         }
     };
     let crs_synced = namespaced_synced(&client, &opts, &tenants);
@@ -373,17 +373,17 @@ async fn controller<K: Tenant>(
             of_kind(ceiling_registry.keys())
         })
         .watches(
-            in_scope::<ServiceAccount>(client, &ns),
+            in_scope::<ServiceAccount>(client, ns.as_ref()),
             owned.clone(),
             generated::<K, ServiceAccount>(registry.clone()),
         )
         .watches(
-            in_scope::<Role>(client, &ns),
+            in_scope::<Role>(client, ns.as_ref()),
             owned.clone(),
             generated::<K, Role>(registry.clone()),
         )
         .watches(
-            in_scope::<RoleBinding>(client, &ns),
+            in_scope::<RoleBinding>(client, ns.as_ref()),
             owned.clone(),
             generated::<K, RoleBinding>(registry.clone()),
         );
@@ -412,7 +412,7 @@ async fn controller<K: Tenant>(
         .await;
 }
 
-fn in_scope<G>(client: &kube::Client, namespace: &Option<String>) -> Api<G>
+fn in_scope<G>(client: &kube::Client, namespace: Option<&String>) -> Api<G>
 where
     G: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     G::DynamicType: Default,
@@ -488,7 +488,7 @@ async fn flush_statuses(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = &mut stop => return,
+            () = &mut stop => return,
             _ = tick.tick() => {}
         }
         for (key, status) in registry.pending_statuses() {
@@ -514,10 +514,10 @@ async fn flush_statuses(
                 // Deleted meanwhile: its entry goes with the finalizer.
                 Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(controller = %shown, error = %e, "writing status")
+                    tracing::warn!(controller = %shown, error = %e, "writing status");
                 }
                 Err(_) => {
-                    tracing::warn!(controller = %shown, "writing status timed out")
+                    tracing::warn!(controller = %shown, "writing status timed out");
                 }
             }
         }

@@ -31,7 +31,7 @@ use crate::k8s::discovery::Discovery;
 /// a namespaced one).
 pub const FINALIZER: &str = "starkite.io/operator";
 /// How often a running controller's resource is looked at again without a change.
-const RECHECK: Duration = Duration::from_secs(300);
+const RECHECK: Duration = Duration::from_mins(5);
 /// How soon a controller that could not start (an unknown kind, the ceiling) is retried.
 const RETRY: Duration = Duration::from_secs(20);
 
@@ -257,23 +257,22 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         inference,
         ..
     } = runnable;
-    let sa = match &spec.service_account_name {
-        Some(existing) => existing.clone(),
-        None => {
-            let grant = Grant {
-                kind: K::KIND,
-                name: name.clone(),
-                namespace: cr.namespace(),
-                uid: d.uid.clone(),
-                service_account: service_account_name(&name, !K::CONFINED),
-                home: home.clone(),
-                rules: inference.rules.clone(),
-            };
-            grant.restore(&ctx.client).await?;
-            let sa = grant.service_account.clone();
-            d.grants = Some(Arc::new(grant));
-            sa
-        }
+    let sa = if let Some(existing) = &spec.service_account_name {
+        existing.clone()
+    } else {
+        let grant = Grant {
+            kind: K::KIND,
+            name: name.clone(),
+            namespace: cr.namespace(),
+            uid: d.uid.clone(),
+            service_account: service_account_name(&name, !K::CONFINED),
+            home: home.clone(),
+            rules: inference.rules.clone(),
+        };
+        grant.restore(&ctx.client).await?;
+        let sa = grant.service_account.clone();
+        d.grants = Some(Arc::new(grant));
+        sa
     };
     let mut rbac_message = format!("ServiceAccount {home}/{sa}");
     if !inference.warnings.is_empty() {

@@ -227,14 +227,14 @@ pub async fn keep_registered(
     let mut delay = PERIOD;
     loop {
         tokio::select! {
-            _ = &mut stop => return,
-            _ = tokio::time::sleep(delay) => {}
+            () = &mut stop => return,
+            () = tokio::time::sleep(delay) => {}
         }
         match register(&client, &reg, &tls, &operator_namespace, &hosts, false).await {
             Ok(()) => delay = PERIOD,
             Err(e) => {
                 tracing::warn!(error = %e, "keeping the admission webhook registered; retrying");
-                delay = (delay * 2).min(Duration::from_secs(120));
+                delay = (delay * 2).min(Duration::from_mins(2));
             }
         }
     }

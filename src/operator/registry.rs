@@ -52,7 +52,9 @@ pub struct Registry {
 
 impl Registry {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The fingerprint of what runs for `key`, if anything was decided for it.
@@ -77,7 +79,7 @@ impl Registry {
             // A new object with the same name: its status starts afresh.
             entry.written = None;
         }
-        entry.uid = uid.to_owned();
+        uid.clone_into(&mut entry.uid);
         entry.fingerprint = fingerprint;
         entry.outcome = outcome;
         entry.script_ref = script_ref;

@@ -125,7 +125,7 @@ pub struct ControlOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_changed: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 1000000))]
+    #[schemars(range(min = 0, max = 1_000_000))]
     pub max_retries: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION))]

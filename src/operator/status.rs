@@ -81,8 +81,7 @@ pub fn render(
                         .iter()
                         .find(|c| c.type_ == v.type_ && c.status == status)
                 })
-                .map(|c| c.last_transition_time.clone())
-                .unwrap_or_else(|| now.clone());
+                .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
             Condition {
                 type_: v.type_.to_owned(),
                 status: status.to_owned(),

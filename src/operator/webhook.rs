@@ -61,7 +61,10 @@ impl Tls {
             return Ok(());
         }
         let next = acceptor(certs)?;
-        *self.acceptor.write().unwrap_or_else(|p| p.into_inner()) = (next, certs.cert.clone());
+        *self
+            .acceptor
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (next, certs.cert.clone());
         tracing::info!("serving the renewed webhook certificate");
         Ok(())
     }
@@ -69,7 +72,7 @@ impl Tls {
     fn current(&self) -> (TlsAcceptor, String) {
         self.acceptor
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 }

@@ -156,7 +156,7 @@ fn infer_source(
     let control = a.find_control();
     let handler_names = control
         .as_ref()
-        .map(|(_, c)| a.handler_names(c))
+        .map(|(_, c)| Analyzer::handler_names(c))
         .unwrap_or_default();
     if let Some((module, call)) = control {
         a.control(path, module, call);
@@ -452,7 +452,7 @@ impl<'a> Analyzer<'a> {
     }
 
     /// Names of the functions given as handlers.
-    fn handler_names(&self, call: &AstExpr) -> HashSet<String> {
+    fn handler_names(call: &AstExpr) -> HashSet<String> {
         let Some((_, args)) = Args::of(call) else {
             return HashSet::new();
         };
@@ -488,14 +488,14 @@ impl<'a> Analyzer<'a> {
     /// object (directly or through a local), which is the primary's namespace.
     fn ns_in(&self, frame: &Frame<'_>, expr: Option<&AstExpr>) -> Ns {
         match self.ns_arg(expr) {
-            Ns::Dynamic if expr.is_some_and(|e| self.is_primary_namespace(frame, e, 0)) => {
+            Ns::Dynamic if expr.is_some_and(|e| Self::is_primary_namespace(frame, e, 0)) => {
                 Ns::Primary
             }
             ns => ns,
         }
     }
 
-    fn is_primary_namespace(&self, frame: &Frame<'_>, expr: &AstExpr, depth: usize) -> bool {
+    fn is_primary_namespace(frame: &Frame<'_>, expr: &AstExpr, depth: usize) -> bool {
         if depth > 4 {
             return false;
         }
@@ -509,7 +509,8 @@ impl<'a> Analyzer<'a> {
         if let ExprP::Identifier(id) = &expr.node
             && let Some(assigned) = frame.locals.get(&id.node.ident)
         {
-            return assigned.len() == 1 && self.is_primary_namespace(frame, assigned[0], depth + 1);
+            return assigned.len() == 1
+                && Self::is_primary_namespace(frame, assigned[0], depth + 1);
         }
         let Some(meta) = field(expr, "namespace") else {
             return false;

@@ -116,19 +116,18 @@ impl Rules {
                 && r.scope == scope
                 && r.resource_names == resource_names
         });
-        let rule = match existing {
-            Some(r) => r,
-            None => {
-                self.rules.push(Rule {
-                    group: group.to_owned(),
-                    resource: resource.to_owned(),
-                    verbs: BTreeSet::new(),
-                    scope,
-                    resource_names: resource_names.to_vec(),
-                    sites: Vec::new(),
-                });
-                self.rules.last_mut().expect("just pushed")
-            }
+        let rule = if let Some(r) = existing {
+            r
+        } else {
+            self.rules.push(Rule {
+                group: group.to_owned(),
+                resource: resource.to_owned(),
+                verbs: BTreeSet::new(),
+                scope,
+                resource_names: resource_names.to_vec(),
+                sites: Vec::new(),
+            });
+            self.rules.last_mut().expect("just pushed")
         };
         rule.verbs.extend(verbs.iter().map(|v| (*v).to_owned()));
         if !rule.sites.contains(&site) {

@@ -67,12 +67,11 @@ impl Source {
                     })?);
                 }
             }
-            let rel = match file.strip_prefix(&base) {
-                Ok(r) => r.to_path_buf(),
-                Err(_) => {
-                    out.outside.push(file.display().to_string());
-                    PathBuf::from(file.file_name().unwrap_or_default())
-                }
+            let rel = if let Ok(r) = file.strip_prefix(&base) {
+                r.to_path_buf()
+            } else {
+                out.outside.push(file.display().to_string());
+                PathBuf::from(file.file_name().unwrap_or_default())
             };
             out.modules.push(Module { ast, rel });
         }

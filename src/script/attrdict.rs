@@ -73,7 +73,7 @@ where
     Self: ProvidesStaticType<'v>,
 {
     fn collect_repr(&self, collector: &mut String) {
-        self.dict.to_value().collect_repr(collector)
+        self.dict.to_value().collect_repr(collector);
     }
 
     fn collect_repr_cycle(&self, collector: &mut String) {

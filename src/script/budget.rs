@@ -113,8 +113,8 @@ pub fn block_on<T>(
         };
         tokio::select! {
             out = fut => Ok(out),
-            _ = tokio::time::sleep_until(deadline) => Err(Interrupted::OverBudget),
-            _ = stopped => Err(Interrupted::Stopped),
+            () = tokio::time::sleep_until(deadline) => Err(Interrupted::OverBudget),
+            () = stopped => Err(Interrupted::Stopped),
         }
     })
 }
@@ -147,7 +147,7 @@ mod tests {
 
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let budget = Budget {
-            deadline: Instant::now() + Duration::from_secs(3600),
+            deadline: Instant::now() + Duration::from_hours(1),
             stop: Some(Cancel::flag(stop)),
         };
         let r = scope(budget, || block_on(rt.handle(), forever()));

@@ -40,7 +40,10 @@ pub struct Extensions(Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
 impl Extensions {
     /// The value of type `T`, created with `T::default()` if there is none yet.
     pub fn get<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let value = map
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Arc::new(T::default()))
@@ -53,7 +56,10 @@ impl Extensions {
 
     /// Sets the value of type `T`, replacing any earlier one.
     pub fn set<T: Any + Send + Sync>(&self, value: T) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.insert(TypeId::of::<T>(), Arc::new(value));
     }
 }
@@ -190,7 +196,10 @@ impl Host {
     /// returns it with the frozen module. False, and nothing recorded, when something
     /// was handed over already.
     pub fn hand_off(&self, value: Box<dyn Any + Send>) -> bool {
-        let mut slot = self.handoff.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self
+            .handoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if slot.is_some() {
             return false;
         }
@@ -202,7 +211,7 @@ impl Host {
     pub fn handed_off(&self) -> bool {
         self.handoff
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .is_some()
     }
 
@@ -210,7 +219,7 @@ impl Host {
     pub fn take_handoff(&self) -> Option<Box<dyn Any + Send>> {
         self.handoff
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
     }
 
@@ -236,8 +245,7 @@ impl Host {
 /// `file:line:col` (1-based) of the innermost call in progress, for error messages.
 pub fn call_site(eval: &Evaluator) -> String {
     eval.call_stack_top_location()
-        .map(|span| position(&span))
-        .unwrap_or_else(|| "<unknown>".to_owned())
+        .map_or_else(|| "<unknown>".to_owned(), |span| position(&span))
 }
 
 /// `file:line:col` (1-based) of a span, as every kite message names places.

@@ -138,8 +138,8 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
         return Ok(Json::Object(map));
     }
     let items = ListRef::from_value(value)
-        .map(|l| l.content())
-        .or_else(|| TupleRef::from_value(value).map(|t| t.content()));
+        .map(starlark::values::list::ListRef::content)
+        .or_else(|| TupleRef::from_value(value).map(starlark::values::tuple::TupleRef::content));
     if let Some(items) = items {
         let mut out = Vec::with_capacity(items.len());
         for (i, v) in items.iter().enumerate() {
@@ -169,12 +169,13 @@ mod tests {
         fn next(&mut self, n: u64) -> u64 {
             self.0 = self
                 .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             (self.0 >> 33) % n
         }
     }
 
+    #[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)] // small test values
     fn random_json(r: &mut Lcg, depth: u32) -> Json {
         match r.next(if depth > 4 { 6 } else { 8 }) {
             0 => Json::Null,

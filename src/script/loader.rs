@@ -128,8 +128,7 @@ fn resolve(dir: &Path, path: &str) -> PathBuf {
 
 fn parent(path: &Path) -> PathBuf {
     path.parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 /// The name a file is shown under in messages: relative to the working directory when

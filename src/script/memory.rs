@@ -47,7 +47,7 @@ fn charge(size: usize, align: usize) -> bool {
         .try_with(|b| match b.get() {
             None => true,
             Some(left) => {
-                let next = left - size as isize;
+                let next = left - size.cast_signed();
                 if next < 0 && size > SMALL && is_chunk(size, align) {
                     let _ = REFUSED.try_with(|r| r.set(true));
                     return false;
@@ -66,7 +66,7 @@ fn is_chunk(size: usize, align: usize) -> bool {
 fn refund(size: usize) {
     let _ = BUDGET.try_with(|b| {
         if let Some(left) = b.get() {
-            b.set(Some(left.saturating_add(size as isize)));
+            b.set(Some(left.saturating_add(size.cast_signed())));
         }
     });
 }
@@ -127,7 +127,7 @@ pub fn quiet_refusals() {
         if REFUSED.try_with(Cell::get).unwrap_or(false) {
             return;
         }
-        default(info)
+        default(info);
     }));
 }
 
@@ -168,7 +168,7 @@ pub struct Exceeded {
 /// # Errors
 /// [`Exceeded`] when the budget refused an allocation and `f` could not finish.
 pub fn guard<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T, Exceeded> {
-    let outer = BUDGET.with(|b| b.replace(Some(limit.min(isize::MAX as usize) as isize)));
+    let outer = BUDGET.with(|b| b.replace(Some(isize::try_from(limit).unwrap_or(isize::MAX))));
     REFUSED.with(|r| r.set(false));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     BUDGET.with(|b| b.set(outer));

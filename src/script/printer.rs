@@ -72,7 +72,10 @@ impl Printer {
         let Some(limit) = self.limit else {
             return vec![format!("{prefix}{text}")];
         };
-        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
         b.tokens = (b.tokens + elapsed * limit.per_second).min(limit.burst);
         b.at = now;

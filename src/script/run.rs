@@ -219,8 +219,7 @@ pub fn position(rendered: &str) -> Option<String> {
 fn script_dir(path: &Path) -> PathBuf {
     let full = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
     full.parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 #[cfg(test)]

@@ -373,7 +373,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
             let what = display(&target.complete(obj.clone()));
             match target
                 .api(ctx.session)
-                .delete(name, &Default::default())
+                .delete(name, &kube::api::DeleteParams::default())
                 .await
             {
                 Ok(_) => report.pruned.push(what),

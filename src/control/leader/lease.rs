@@ -313,7 +313,7 @@ mod tests {
             decide(
                 &lease(Some("other"), 15),
                 "me",
-                15 * SEC - Duration::from_millis(1)
+                (15 * SEC).checked_sub(Duration::from_millis(1)).unwrap()
             ),
             Action::Wait
         );

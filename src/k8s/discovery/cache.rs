@@ -177,7 +177,7 @@ impl Discovery {
         let resources = discover(&self.inner.client).await?;
         tracing::debug!(
             resources = resources.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
+            elapsed_ms = crate::duration::millis(started.elapsed()),
             "ran API discovery"
         );
         let mut state = self.state_mut();

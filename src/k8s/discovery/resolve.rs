@@ -25,6 +25,9 @@ use super::{Error, Resource, Result};
 ///
 /// [`Error::UnknownKind`] (with close names as suggestions) or [`Error::AmbiguousKind`].
 pub fn find_kind<'a>(resources: &'a [Resource], kind: &str) -> Result<&'a Resource> {
+    use GroupMatch::{Exact, Prefix};
+    use NameForm::{Kind, Name, ShortName};
+
     let unknown = || Error::UnknownKind {
         kind: kind.to_owned(),
         suggestions: suggest_kinds(resources, kind),
@@ -59,8 +62,6 @@ pub fn find_kind<'a>(resources: &'a [Resource], kind: &str) -> Result<&'a Resour
         },
     };
 
-    use GroupMatch::{Exact, Prefix};
-    use NameForm::{Kind, Name, ShortName};
     // kubectl's order: resource names before kinds, the most specific reading first,
     // full names before short names, an exact group before a group prefix.
     let mut tiers: Vec<(Query<'_>, GroupMatch, NameForm)> = Vec::new();

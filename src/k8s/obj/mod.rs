@@ -64,6 +64,9 @@ pub fn signatures()
 }
 
 /// The frozen `obj` namespace, to be placed under `k8s`.
+///
+/// # Panics
+/// Never: the namespace is built just above, from a fixed definition.
 pub fn obj_namespace() -> FrozenValue {
     static GLOBALS: OnceLock<Globals> = OnceLock::new();
     let globals = GLOBALS.get_or_init(|| {

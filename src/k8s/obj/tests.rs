@@ -93,7 +93,7 @@ fn unknown_keyword_lists_accepted_ones() {
         e.contains("(accepted: name, namespace, replicas, labels,"),
         "{e}"
     );
-    let e = err(r#"obj.service_port(port = 80, targetPort = 80)"#);
+    let e = err(r"obj.service_port(port = 80, targetPort = 80)");
     assert!(e.contains("accepted: port, target_port, name"), "{e}");
 }
 
@@ -383,8 +383,8 @@ fn random_combinations_never_panic() {
     let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
     let mut next = |n: usize| {
         seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         ((seed >> 33) as usize) % n.max(1)
     };
     for _ in 0..3000 {

@@ -145,13 +145,14 @@ impl<'a> Analyzer<'a> {
         ns: &Ns,
     ) {
         let scope = match args.get("leader_election_namespace") {
-            Some(e) => match self.const_str(e) {
-                Some(s) => Scope::Namespace(s),
-                None => {
+            Some(e) => {
+                if let Some(s) = self.const_str(e) {
+                    Scope::Namespace(s)
+                } else {
                     self.warn(module, e, "k8s.control(): leader_election_namespace is not a literal; leases are granted in every namespace".into());
                     Scope::Cluster
                 }
-            },
+            }
             None => match ns {
                 Ns::Literal(s) => Scope::Namespace(s.clone()),
                 // Without a namespace, the lease lives where the controller runs.

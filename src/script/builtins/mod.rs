@@ -34,7 +34,7 @@ pub(crate) mod testing {
             let mut eval = Evaluator::new(&module);
             eval.extra = Some(&host);
             eval.eval_module(ast, host.library.globals())
-                .map(|v| v.to_repr())
+                .map(starlark::values::Value::to_repr)
                 .map_err(|e| e.to_string())
         })
     }

@@ -29,7 +29,7 @@ fn read<'v>(
     }
 }
 
-fn alloc<'v>(heap: Heap<'v>, v: VarValue) -> Value<'v> {
+fn alloc(heap: Heap<'_>, v: VarValue) -> Value<'_> {
     match v {
         VarValue::Str(s) => heap.alloc(s),
         VarValue::Int(i) => heap.alloc(i),
@@ -109,7 +109,7 @@ mod tests {
     use crate::script::vars::Vars;
 
     fn vars(args: &[&str]) -> Vars {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let args: Vec<String> = args.iter().map(std::string::ToString::to_string).collect();
         Vars::from_args(&args, &[] as &[&Path]).unwrap()
     }
 
