@@ -45,11 +45,11 @@ bench: cluster-up
 ## Faults injected into the local cluster (a TCP fault proxy, SIGSTOP of kite): every
 ## fault test, the slow ones included (about 20 minutes); `make test` runs the fast ones.
 chaos: cluster-up
-	$(CARGO) test --locked --test chaos -- --include-ignored --nocapture
-	$(CARGO) test --locked --test chaos_etcd -- --include-ignored --nocapture --test-threads=1
-	$(CARGO) test --locked --test chaos_apiserver -- --include-ignored --nocapture --test-threads=1
-	$(CARGO) test --locked --test control -- --nocapture paused sigterm_with failed_on_delete
-	$(CARGO) test --locked --test artifacts -- --nocapture namespaced_children
+	$(CARGO) test --locked --test it -- --include-ignored --nocapture chaos::
+	$(CARGO) test --locked --test it -- --include-ignored --nocapture --test-threads=1 chaos_etcd::
+	$(CARGO) test --locked --test apiserver -- --include-ignored --nocapture --test-threads=1 stall::
+	$(CARGO) test --locked --test it -- --nocapture paused sigterm_with failed_on_delete
+	$(CARGO) test --locked --test it -- --nocapture namespaced_children
 
 fmt:
 	$(CARGO) fmt

@@ -12,9 +12,10 @@ fn read<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
     func: &str,
     name: &str,
-    default: Value<'v>,
+    default: NoneOr<Value<'v>>,
     ty: VarType,
 ) -> anyhow::Result<Value<'v>> {
+    let default = default.into_option().unwrap_or(Value::new_none());
     let host = Host::of(eval)?;
     let heap = eval.heap();
     let Some(raw) = host.vars.get(name) else {
@@ -46,13 +47,7 @@ pub fn var_builtins(builder: &mut GlobalsBuilder) {
         #[starlark(default = NoneOr::None)] default: NoneOr<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        read(
-            eval,
-            "var_str",
-            name,
-            default.into_option().unwrap_or(Value::new_none()),
-            VarType::Str,
-        )
+        read(eval, "var_str", name, default, VarType::Str)
     }
 
     /// The integer value of `--var name=...`, or `default`.
@@ -61,13 +56,7 @@ pub fn var_builtins(builder: &mut GlobalsBuilder) {
         #[starlark(default = NoneOr::None)] default: NoneOr<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        read(
-            eval,
-            "var_int",
-            name,
-            default.into_option().unwrap_or(Value::new_none()),
-            VarType::Int,
-        )
+        read(eval, "var_int", name, default, VarType::Int)
     }
 
     /// The boolean value of `--var name=...` (true/false/yes/no/1/0), or `default`.
@@ -76,13 +65,7 @@ pub fn var_builtins(builder: &mut GlobalsBuilder) {
         #[starlark(default = NoneOr::None)] default: NoneOr<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        read(
-            eval,
-            "var_bool",
-            name,
-            default.into_option().unwrap_or(Value::new_none()),
-            VarType::Bool,
-        )
+        read(eval, "var_bool", name, default, VarType::Bool)
     }
 
     /// The float value of `--var name=...`, or `default`.
@@ -91,13 +74,7 @@ pub fn var_builtins(builder: &mut GlobalsBuilder) {
         #[starlark(default = NoneOr::None)] default: NoneOr<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        read(
-            eval,
-            "var_float",
-            name,
-            default.into_option().unwrap_or(Value::new_none()),
-            VarType::Float,
-        )
+        read(eval, "var_float", name, default, VarType::Float)
     }
 }
 

@@ -1,11 +1,9 @@
 //! The operator pattern with namespaced controller variants: pruning, Progressing,
 //! finalize retries, watch_related, watch_owned, and a quiet steady state.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 

@@ -1,12 +1,10 @@
 //! Resolves kind names against the local cluster, including those of a CRD created after
 //! the discovery cache was filled.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use kite::{Discovery, DiscoveryError as Error};
-use support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resolves_built_in_kinds_as_kubectl_does() {

@@ -1,17 +1,17 @@
 //! The seed's staticsites operator (examples/staticsite/), exactly as written: children,
-//! drift, spec changes, the Ready condition, and deletion with finalize. Its own test
-//! binary: the example watches every namespace and binds port 8081.
-
-mod support;
+//! drift, spec changes, the Ready condition, and deletion with finalize. It holds the
+//! cluster alone: the example watches every namespace and binds port 8081.
 
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn staticsite_operator_walkthrough() {
+    // The example binds port 8081 and watches StaticSites in every namespace.
+    let _cluster = exclusive().await;
     install_staticsite_crd().await;
     let ns = TestNamespace::new("site").await;
     let kite = Kite::spawn(&[

@@ -2,12 +2,12 @@
 //! many objects change, and a compaction in the middle of a paginated list. Both take a
 //! minute or more with hundreds of objects: `#[ignore]`d, run by `make chaos`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// `count` Deployments `<prefix>-NNN` (numbered from `from`) labelled `chaos=gap`, in
 /// one request.

@@ -5,14 +5,12 @@
 //! have made. Authors are impersonated by the admin (`kubectl --as`), which the API
 //! server reports to the webhook exactly as a user with a token.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::support::operator::*;
+use crate::support::*;
 use serde_json::{Value as Json, json};
-use support::operator::*;
-use support::*;
 
 const T: Duration = Duration::from_secs(30);
 

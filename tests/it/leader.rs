@@ -1,18 +1,16 @@
 //! Lease-based leader election against the local cluster: one leader among replicas, a
 //! quick hand-over when the leader shuts down, and respect for another holder's live lease.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kite::{LeaderConfig, Validity, lead};
 use kube::api::{Api, ObjectMeta, PostParams};
-use support::*;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -3,13 +3,11 @@
 //! ServiceAccount, and stop cleanly when deleted. Each test runs its own operator,
 //! restricted to its namespace and with its own ceiling.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::operator::*;
+use crate::support::*;
 use serde_json::{Value as Json, json};
-use support::operator::*;
-use support::*;
 
 #[tokio::test]
 async fn max_replicas_is_ready_corrects_drift_and_reloads() {

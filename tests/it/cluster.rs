@@ -1,14 +1,12 @@
 //! Proves that the local control plane is a real cluster: Ready kwok nodes, Deployments
 //! that roll out, garbage collection, RBAC, CRDs and the audit log.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_nodes_are_ready() {

@@ -1,11 +1,11 @@
 //! k8s.control() end to end against the local cluster: the seed's controllers, hooks,
 //! failures and retries, runaway handlers, shutdown, leader election.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -54,6 +54,8 @@ async fn pod_logger_prints_added_modified_and_deleted() {
 /// The seed's walkthrough, run in one test because the example binds port 8081.
 #[tokio::test(flavor = "multi_thread")]
 async fn max_replicas_walkthrough() {
+    // The example binds port 8081 and watches labelled Deployments in every namespace.
+    let _cluster = exclusive().await;
     let ns = TestNamespace::new("maxrep").await;
     let mut kite = Kite::spawn(&[
         "run",

@@ -1,11 +1,9 @@
 //! `kite run` end to end: exit codes, auto-main, loads, vars, permissions, errors, and
 //! the k8s module against the local cluster.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 

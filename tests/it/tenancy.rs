@@ -2,13 +2,11 @@
 //! whatever the ceiling allows, and a ClusterStarlarkController reaches across
 //! namespaces with its identity in the operator's namespace.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::operator::*;
+use crate::support::*;
 use serde_json::json;
-use support::operator::*;
-use support::*;
 
 const T: Duration = Duration::from_secs(30);
 

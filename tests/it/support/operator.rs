@@ -7,7 +7,7 @@ use serde_json::{Value as Json, json};
 
 use super::*;
 
-pub const MAX_REPLICAS: &str = include_str!("../../examples/max-replicas-controller.star");
+pub const MAX_REPLICAS: &str = include_str!("../../../examples/max-replicas-controller.star");
 
 /// The verbs the max-replicas example needs, as an administrator would allow them.
 pub const MAX_REPLICAS_CEILING: &str = r#"[

@@ -2,20 +2,14 @@
 //! and the inferred role is sufficient (the example's scenario runs under it with no 403),
 //! minimal (every granted verb is used) and nothing more (other requests are refused).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::Value as Json;
-use support::*;
-
-/// The examples that bind the health port 8081 must not run at the same time.
-static PORT_8081: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-/// Held by the tests that create StaticSites: the cluster-wide StaticSite operator would
-/// also reconcile (and record events for) another test's site.
-static STATICSITES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A generated deployment of one script, applied without its Deployment, with a token
 /// for its ServiceAccount.
@@ -348,7 +342,8 @@ fn token_kubeconfig(token: &str, namespace: &str) -> String {
 
 #[tokio::test]
 async fn max_replicas_runs_under_its_inferred_role() {
-    let _port = PORT_8081.lock().await;
+    // The example binds port 8081 and watches every namespace.
+    let _cluster = exclusive().await;
     let d = Deployed::new(
         "art-maxrep",
         "examples/max-replicas-controller.star",
@@ -472,8 +467,8 @@ async fn pod_logger_runs_under_a_role_in_default() {
 
 #[tokio::test]
 async fn staticsite_operator_runs_under_its_inferred_role() {
-    let _port = PORT_8081.lock().await;
-    let _sites = STATICSITES.lock().await;
+    // The example binds port 8081 and watches StaticSites in every namespace.
+    let _cluster = exclusive().await;
     install_staticsite_crd().await;
     let script = "examples/staticsite/staticsite-controller.star";
     let d = Deployed::new(
@@ -617,7 +612,8 @@ async fn leader_elected_controller_runs_under_its_inferred_role() {
 
 #[tokio::test]
 async fn namespaced_children_run_under_the_generated_role() {
-    let _sites = STATICSITES.lock().await;
+    // The cluster-wide StaticSite operator of another test would reconcile this site too.
+    let _cluster = exclusive().await;
     install_staticsite_crd().await;
     // The site operator scoped to one namespace: a Role there is all it gets, so its
     // children must be watched there, not across the cluster. With a health port: its

@@ -2,11 +2,9 @@
 //! still corrected. This is its own test binary, so no other test runs while the API
 //! server is down (cargo runs test binaries one at a time).
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn drift_is_corrected_after_an_api_server_restart() {

@@ -1,11 +1,9 @@
 //! The author check the operator's admission uses, against the real API server: a
 //! SubjectAccessReview per permission, for the user who wrote the spec.
 
-mod support;
-
+use crate::support::*;
 use kite::Author;
 use kite::{Permission, first_denied, impersonation};
-use support::*;
 
 fn permission(verb: &str, group: &str, resource: &str, ns: &str) -> Permission {
     Permission {

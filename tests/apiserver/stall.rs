@@ -2,12 +2,10 @@
 //! crash-looping (killed and started again). Their own test binary, since nothing else
 //! can run meanwhile; `#[ignore]`d, run one at a time by `make chaos`.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::operator::curl;
-use support::*;
+use crate::support::operator::curl;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "freezes the API server: make chaos"]

@@ -1,11 +1,9 @@
 //! The StarlarkController CRD on the local cluster: it installs, its schema refuses bad
 //! specs with the messages users see, and `kubectl get` shows the printer columns.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn manifest(name: &str, spec: &str) -> String {
     format!(

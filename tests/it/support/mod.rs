@@ -3,9 +3,12 @@
 //! Every test gets its own namespace ([`TestNamespace`]), waits with deadlines
 //! ([`wait_until`]), and runs `kite` through [`Kite`], which kills the process when the
 //! test ends, passed or failed. Tests may run in parallel.
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code, unused_imports)] // the `apiserver` binary uses only a part of this module
 
 pub mod etcd;
+pub mod exclusive;
+
+pub use exclusive::exclusive;
 pub mod operator;
 pub mod proxy;
 
@@ -79,11 +82,13 @@ pub fn unique_name(prefix: &str) -> String {
 /// A namespace that exists for one test and is deleted when it is dropped.
 pub struct TestNamespace {
     pub name: String,
+    _claim: exclusive::Shared,
 }
 
 impl TestNamespace {
     /// Creates a fresh namespace named after `prefix`.
     pub async fn new(prefix: &str) -> Self {
+        let claim = exclusive::shared().await;
         let name = unique_name(prefix);
         kubectl_ok(&["create", "namespace", &name]).await;
         kubectl_ok(&["label", "namespace", &name, "kite.test/owned=true"]).await;
@@ -99,7 +104,10 @@ impl TestNamespace {
             },
         )
         .await;
-        Self { name }
+        Self {
+            name,
+            _claim: claim,
+        }
     }
 }
 

@@ -2,15 +2,13 @@
 //! `crd(...)` that validates and defaults custom resources, and every other builder's
 //! output through `kubectl apply --dry-run=server`.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::{Value as Json, json};
 use starlark::environment::{GlobalsBuilder, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect};
-use support::*;
 
 /// Evaluates `code` in-process with `obj` in scope and returns its last value as JSON.
 fn eval(code: &str) -> Json {

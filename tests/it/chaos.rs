@@ -3,13 +3,13 @@
 //! it asserts and prints what it measured. The slow ones (minutes) are `#[ignore]`d and
 //! run by `make chaos`; the rest also run in `make test`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
-use support::operator::curl;
-use support::proxy::{Mode, Proxy};
-use support::*;
+use crate::support::operator::curl;
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::*;
 
 const T: Duration = Duration::from_secs(30);
 

@@ -3,13 +3,11 @@
 //! keeps its pid, the neighbour keeps correcting drift, and every bomb says what went
 //! wrong and where, then goes away when deleted.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::operator::*;
+use crate::support::*;
 use serde_json::json;
-use support::operator::*;
-use support::*;
 
 /// Everything the bombs and the neighbour need.
 const CEILING: &str = r#"[
@@ -149,6 +147,9 @@ fn complaint(s: &serde_json::Value, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_script_stops_the_operator_or_its_neighbours() {
+    // Its figures (the neighbour's latency, RSS) are taken with no other test running,
+    // as when it had a binary of its own.
+    let _cluster = exclusive().await;
     install_starlarkcontroller_crd().await;
     let ns = TestNamespace::new("slc-bombs").await;
     let ns = ns.name.as_str();

@@ -1,0 +1,27 @@
+//! The integration tests, one binary against the local control plane (`tests/cluster`).
+//! Each file is a group that runs alone with a filter: `cargo test --test it operator::`.
+//! Tests share the cluster, so each makes its own namespace; the few that run
+//! cluster-wide controllers (the seed's examples) hold `support::exclusive()`, and the
+//! tests that stop the API server live in their own binary (`tests/apiserver`).
+
+mod support;
+
+mod artifacts;
+mod authority;
+mod chaos;
+mod chaos_etcd;
+mod cluster;
+mod control;
+mod discovery;
+mod escalation;
+mod golden;
+mod leader;
+mod obj_crd;
+mod operator;
+mod operator_scale;
+mod run;
+mod starlark_controller;
+mod starlark_controller_crd;
+mod staticsite;
+mod tenancy;
+mod tenant_bombs;
