@@ -3,13 +3,11 @@
 //! it asserts and prints what it measured. The slow ones (minutes) are `#[ignore]`d and
 //! run by `make chaos`; the rest also run in `make test`.
 
-use crate::support;
-
 use std::time::{Duration, Instant};
 
 use crate::support::operator::curl;
 use crate::support::proxy::{Mode, Proxy};
-use crate::support::*;
+use crate::support::{self, *};
 
 const T: Duration = Duration::from_secs(30);
 

@@ -2,12 +2,10 @@
 //! many objects change, and a compaction in the middle of a paginated list. Both take a
 //! minute or more with hundreds of objects: `#[ignore]`d, run by `make chaos`.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::support::*;
+use crate::support::{self, *};
 
 /// `count` Deployments `<prefix>-NNN` (numbered from `from`) labelled `chaos=gap`, in
 /// one request.

@@ -12,6 +12,7 @@ mod chaos;
 mod chaos_etcd;
 mod cluster;
 mod control;
+mod control_leader;
 mod discovery;
 mod escalation;
 mod golden;
