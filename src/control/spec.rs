@@ -52,6 +52,7 @@ pub struct ControlSpec {
     pub poll: Option<Duration>,
     /// None disables resync ("0").
     pub resync: Option<Duration>,
+    /// None (absent or 0): no health server.
     pub health_port: Option<u16>,
     pub generation_changed: bool,
     pub watch_owned: Vec<String>,
@@ -294,9 +295,11 @@ pub fn parse<'v>(
             Some(v) => Some(duration("resync", v)?).filter(|d| !d.is_zero()),
             None => Some(Duration::from_mins(10)),
         },
+        // 0 means no health server, as upstream's zero port does.
         health_port: get("health_port")
-            .map(|v| integer::<u16>("health_port", v, 1, 65535))
-            .transpose()?,
+            .map(|v| integer::<u16>("health_port", v, 0, 65535))
+            .transpose()?
+            .filter(|p| *p != 0),
         generation_changed: get("generation_changed")
             .map(|v| boolean("generation_changed", v))
             .transpose()?
@@ -332,4 +335,43 @@ pub fn parse<'v>(
         return Err(err("backoff must be greater than zero"));
     }
     Ok((spec, h))
+}
+
+#[cfg(test)]
+mod tests {
+    use starlark::collections::SmallMap;
+    use starlark::environment::{Globals, Module};
+    use starlark::eval::Evaluator;
+    use starlark::syntax::{AstModule, Dialect};
+
+    /// Parses `control(kind, **kwargs)` where `kwargs` is Starlark dict source; returns
+    /// the health port or the error text.
+    fn health_port(kwargs: &str) -> Result<Option<u16>, String> {
+        Module::with_temp_heap(|module| {
+            let code = format!("def r(o):\n    pass\nd = dict(reconcile = r, {kwargs})\nd");
+            let ast = AstModule::parse("t.star", code, &Dialect::Standard).unwrap();
+            let mut eval = Evaluator::new(&module);
+            let d = eval.eval_module(ast, &Globals::standard()).unwrap();
+            let dict = starlark::values::dict::DictRef::from_value(d).unwrap();
+            let kwargs: SmallMap<String, _> = dict
+                .iter()
+                .map(|(k, v)| (k.unpack_str().unwrap().to_owned(), v))
+                .collect();
+            let kind = module.heap().alloc("pods");
+            super::parse(&[kind], &kwargs)
+                .map(|(spec, _)| spec.health_port)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    #[test]
+    fn health_port_zero_means_no_server() {
+        assert_eq!(health_port("health_port = 8081"), Ok(Some(8081)));
+        assert_eq!(health_port("health_port = 0"), Ok(None));
+        assert_eq!(health_port("workers = 1"), Ok(None));
+        let e = health_port("health_port = 70000").unwrap_err();
+        assert!(e.contains("health_port must be between 0 and 65535"), "{e}");
+        let e = health_port("health_port = -1").unwrap_err();
+        assert!(e.contains("health_port"), "{e}");
+    }
 }

@@ -8,7 +8,6 @@ use starlark::any::ProvidesStaticType;
 use starlark::coerce::Coerce;
 use starlark::eval::{Arguments, Evaluator};
 use starlark::starlark_complex_value;
-use starlark::values::structs::AllocStruct;
 use starlark::values::{
     Freeze, Heap, NoSerialize, StarlarkValue, Trace, Value, ValueLifetimeless, ValueLike,
     starlark_value,
@@ -40,19 +39,6 @@ impl<V: ValueLifetimeless> Display for TryCallGen<V> {
     }
 }
 
-/// The result of a `try_*` call.
-pub fn result<'v>(heap: Heap<'v>, outcome: Result<Value<'v>, String>) -> Value<'v> {
-    let (ok, value, error) = match outcome {
-        Ok(v) => (true, v, Value::new_none()),
-        Err(e) => (false, Value::new_none(), heap.alloc(e)),
-    };
-    heap.alloc(AllocStruct([
-        ("ok", Value::new_bool(ok)),
-        ("value", value),
-        ("error", error),
-    ]))
-}
-
 #[starlark_value(type = "function")]
 impl<'v, V: ValueLike<'v>> StarlarkValue<'v> for TryCallGen<V>
 where
@@ -72,6 +58,6 @@ where
         let outcome = eval
             .eval_function(self.method.to_value(), &positional, &named)
             .map_err(|e| e.without_diagnostic().to_string());
-        Ok(result(heap, outcome))
+        Ok(crate::script::outcome::result(heap, outcome))
     }
 }

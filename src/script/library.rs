@@ -36,7 +36,9 @@ pub struct Builder {
 
 impl Library {
     /// A builder that starts from the standard globals: the Starlark standard library,
-    /// `print`, `struct`, `json`, `base64` and the `var_*` readers.
+    /// `print`, `struct`, `json`, `base64`, `strings`, `fmt` (and `printf`, `println`,
+    /// `sprintf`), the `var_*` readers, and the
+    /// upstream modules kite leaves out (which fail saying so).
     pub fn builder() -> Builder {
         let globals = GlobalsBuilder::extended_by(&[
             LibraryExtension::StructType,
@@ -49,7 +51,11 @@ impl Library {
         ])
         .with_namespace("json", builtins::json::json_namespace)
         .with_namespace("base64", builtins::base64::base64_namespace)
-        .with(builtins::vars::var_builtins);
+        .with_namespace("strings", builtins::strings::strings_namespace)
+        .with_namespace("fmt", builtins::fmt::fmt_namespace)
+        .with(builtins::fmt::fmt_globals)
+        .with(builtins::vars::var_builtins)
+        .with(builtins::unprovided::unprovided_modules);
         Builder {
             globals,
             modules: Vec::new(),

@@ -145,6 +145,12 @@ pub fn check_calls(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)
         if shadowed.contains(root) {
             return;
         }
+        if super::builtins::unprovided::UNPROVIDED.contains(&root) {
+            let attr = name.split_once('.').map(|(_, a)| a);
+            let problem = super::builtins::unprovided::message(root, attr);
+            problems.push((ast.file_span(expr.span), problem));
+            return;
+        }
         let Some(sig) = known.get(&name) else { return };
         let mut positional = 0;
         let mut named = Vec::new();
@@ -229,6 +235,28 @@ pub(crate) mod tests {
                 format!("{}:{}: {p}", pos.begin.line + 1, pos.begin.column + 1)
             })
             .collect()
+    }
+
+    #[test]
+    fn unprovided_modules_are_named_where_used() {
+        let found = problems(
+            Library::standard(),
+            "def f():\n    return ssh.exec('h', 'ls')\n\ncsv = 1\n",
+        );
+        assert_eq!(
+            found,
+            [
+                "2:12: ssh.exec: kite does not provide upstream Starkite's `ssh` module (see the README's compatibility table)"
+            ],
+        );
+        // A script that binds the name itself is not using the module.
+        assert!(problems(Library::standard(), "zip = struct(f = len)\nzip.f([])\n").is_empty());
+        // `strings` is provided; its calls are checked like any builtin's.
+        let found = problems(Library::standard(), "strings.cut('a')\n");
+        assert!(
+            found.iter().any(|p| p.starts_with("1:1: strings.cut()")),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod library;
 pub mod lint;
 pub mod loader;
 pub mod memory;
+pub mod outcome;
 pub mod permissions;
 pub mod printer;
 pub mod run;

@@ -21,6 +21,7 @@ mod obj_crd;
 mod operator;
 mod operator_scale;
 mod run;
+mod standard;
 mod starlark_controller;
 mod starlark_controller_crd;
 mod staticsite;

@@ -371,3 +371,19 @@ async fn scripts_that_try_to_take_the_process_down_fail_with_their_line() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standard_modules_need_no_flag() {
+    let out = kite_output(&["run", "tests/scripts/standard/modules.star"], T).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let want = [
+        "cut: host 8080 True",
+        "padded: [kite..] [**k**]",
+        r#"quoted: "a \"b\"" equal: true"#,
+        r#"003.1|ff|{"a": 1}"#,
+        "try: False strings.unquote: \"not quoted\": not a quoted string",
+    ];
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, want, "{stdout}");
+}

@@ -29,7 +29,8 @@ impl<'a> Analyzer<'a> {
         };
         if let Some(p) = args.get("health_port") {
             match self.const_int(p).and_then(|n| u16::try_from(n).ok()) {
-                Some(n) => facts.health_port = Some(n),
+                // 0: no health server, so no probes.
+                Some(n) => facts.health_port = Some(n).filter(|p| *p != 0),
                 None => self.warn(module, p, "k8s.control(): health_port is not a literal port number; the Deployment gets no probes".into()),
             }
         }

@@ -302,3 +302,11 @@ fn names_bound_to_each_other_end_in_a_warning() {
         inf.warnings
     );
 }
+
+#[test]
+fn health_port_zero_gives_no_probes() {
+    let inf = infer_one("k8s.control('pods', reconcile = lambda o: None, health_port = 0)\n");
+    let c = inf.control.unwrap();
+    assert_eq!(c.health_port, None);
+    assert!(inf.warnings.is_empty(), "{:?}", inf.warnings);
+}

@@ -1,7 +1,10 @@
 //! Starlark builtins, one file per namespace; `super::library` assembles them.
 
 pub mod base64;
+pub mod fmt;
 pub mod json;
+pub mod strings;
+pub mod unprovided;
 pub mod vars;
 
 #[cfg(test)]
