@@ -37,7 +37,7 @@ pub struct Builder {
 impl Library {
     /// A builder that starts from the standard globals: the Starlark standard library,
     /// `print`, `struct`, `json`, `base64`, `strings`, `fmt` (and `printf`, `println`,
-    /// `sprintf`), the `var_*` readers, and the
+    /// `sprintf`), `hash`, `uuid`, the `var_*` readers, and the
     /// upstream modules kite leaves out (which fail saying so).
     pub fn builder() -> Builder {
         let globals = GlobalsBuilder::extended_by(&[
@@ -53,6 +53,8 @@ impl Library {
         .with_namespace("base64", builtins::base64::base64_namespace)
         .with_namespace("strings", builtins::strings::strings_namespace)
         .with_namespace("fmt", builtins::fmt::fmt_namespace)
+        .with_namespace("hash", builtins::hash::hash_namespace)
+        .with_namespace("uuid", builtins::uuid::uuid_namespace)
         .with(builtins::fmt::fmt_globals)
         .with(builtins::vars::var_builtins)
         .with(builtins::unprovided::unprovided_modules);

@@ -383,6 +383,7 @@ async fn standard_modules_need_no_flag() {
         r#"quoted: "a \"b\"" equal: true"#,
         r#"003.1|ff|{"a": 1}"#,
         "try: False strings.unquote: \"not quoted\": not a quoted string",
+        "hash: 2cf24dba5fb0 36",
     ];
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines, want, "{stdout}");

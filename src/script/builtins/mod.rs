@@ -2,9 +2,11 @@
 
 pub mod base64;
 pub mod fmt;
+pub mod hash;
 pub mod json;
 pub mod strings;
 pub mod unprovided;
+pub mod uuid;
 pub mod vars;
 
 #[cfg(test)]
@@ -21,16 +23,15 @@ pub(crate) mod testing {
 
     /// Runs `code` and returns the repr of its last expression, or the error message.
     pub fn eval_with(vars: Vars, code: &str) -> Result<String, String> {
+        run(vars, Permissions::default(), code)
+    }
+
+    fn run(vars: Vars, permissions: Permissions, code: &str) -> Result<String, String> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let host = Host::new(
-            Library::standard(),
-            vars,
-            Permissions::default(),
-            rt.handle().clone(),
-        );
+        let host = Host::new(Library::standard(), vars, permissions, rt.handle().clone());
         Module::with_temp_heap(|module| {
             let ast = AstModule::parse("test.star", code.to_owned(), &Dialect::Extended)
                 .map_err(|e| e.to_string())?;
@@ -44,5 +45,10 @@ pub(crate) mod testing {
 
     pub fn eval(code: &str) -> Result<String, String> {
         eval_with(Vars::default(), code)
+    }
+
+    /// Runs `code` with every permission (`--allow-all`).
+    pub fn eval_allowing(code: &str) -> Result<String, String> {
+        run(Vars::default(), Permissions::all(), code)
     }
 }
