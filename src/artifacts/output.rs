@@ -3,7 +3,7 @@
 use serde_json::{Value as Json, json};
 
 use super::{Error, Result};
-use crate::k8s::manifest::Plain;
+use crate::script::yaml::Plain;
 
 /// The objects as a YAML stream, one `---`-separated document each, each ending in a newline.
 ///
@@ -64,7 +64,7 @@ mod tests {
             r.objects.len() - 1,
             "{yaml}"
         );
-        let back = crate::k8s::manifest::parse_yaml(&yaml).unwrap();
+        let back = crate::script::yaml::parse_yaml(&yaml).unwrap();
         assert_eq!(back, r.objects);
     }
 

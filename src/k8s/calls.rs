@@ -341,7 +341,7 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
     ) -> anyhow::Result<String> {
         let _ = this;
         let docs = manifest::manifests(obj).map_err(|e| anyhow::anyhow!("k8s.yaml: {e}"))?;
-        manifest::to_yaml(&docs)
+        crate::script::yaml::to_yaml(&docs)
     }
 
     /// The API server's version, e.g. `k8s.version().gitVersion`.

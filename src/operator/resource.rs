@@ -178,7 +178,7 @@ pub struct StarlarkControllerStatus {
 pub fn crd_yaml() -> anyhow::Result<String> {
     let namespaced = serde_json::to_value(StarlarkController::crd())?;
     let cluster = serde_json::to_value(ClusterStarlarkController::crd())?;
-    crate::k8s::manifest::to_yaml(&[namespaced, cluster])
+    crate::script::yaml::to_yaml(&[namespaced, cluster])
 }
 
 #[cfg(test)]

@@ -430,7 +430,7 @@ impl Catalog {
             path: path.to_path_buf(),
             message,
         };
-        let docs = crate::k8s::manifest::parse_yaml(&text).map_err(|e| crd_err(e.to_string()))?;
+        let docs = crate::script::yaml::parse_yaml(&text).map_err(|e| crd_err(e.to_string()))?;
         let mut added = 0;
         for doc in docs
             .iter()

@@ -16,3 +16,4 @@ pub mod printer;
 pub mod run;
 pub mod syntax;
 pub mod vars;
+pub mod yaml;

@@ -384,6 +384,8 @@ async fn standard_modules_need_no_flag() {
         r#"003.1|ff|{"a": 1}"#,
         "try: False strings.unquote: \"not quoted\": not a quoted string",
         "hash: 2cf24dba5fb0 36",
+        "yaml: ConfigMap v",
+        "regexp: 1 27 a#b#",
     ];
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines, want, "{stdout}");

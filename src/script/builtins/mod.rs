@@ -4,10 +4,12 @@ pub mod base64;
 pub mod fmt;
 pub mod hash;
 pub mod json;
+pub mod regexp;
 pub mod strings;
 pub mod unprovided;
 pub mod uuid;
 pub mod vars;
+pub mod yaml;
 
 #[cfg(test)]
 pub(crate) mod testing {

@@ -1,0 +1,504 @@
+//! `regexp`: RE2-syntax regular expressions (Rust's `regex`, linear time, as Go's
+//! engine) with upstream Starkite's functions, flags, `Pattern` and `Match` values.
+//!
+//! # Caveats
+//! Offsets (`start`, `end`) are byte offsets, as upstream's. A pattern's compiled size
+//! is limited (1 MiB) so that an untrusted script cannot exhaust memory with one.
+
+use std::fmt;
+
+use allocative::Allocative;
+use regex::{Regex, RegexBuilder};
+use starlark::any::ProvidesStaticType;
+use starlark::environment::{GlobalsBuilder, Methods, MethodsBuilder};
+use starlark::starlark_module;
+use starlark::values::list::AllocList;
+use starlark::values::none::NoneOr;
+use starlark::values::tuple::AllocTuple;
+use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
+
+use crate::script::outcome::result;
+
+const SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles `pattern` with upstream's flags: `i`, `m`, `s`, `U`.
+///
+/// # Errors
+/// An unknown flag or an invalid pattern, naming `call`.
+fn compile(call: &str, pattern: &str, flags: &str) -> Result<Regex, String> {
+    let mut b = RegexBuilder::new(pattern);
+    b.size_limit(SIZE_LIMIT).dfa_size_limit(SIZE_LIMIT);
+    for f in flags.chars() {
+        match f {
+            'i' => b.case_insensitive(true),
+            'm' => b.multi_line(true),
+            's' => b.dot_matches_new_line(true),
+            'U' => b.swap_greed(true),
+            other => {
+                return Err(format!(
+                    "{call}: unknown flag {other:?} (flags are i, m, s, U)"
+                ));
+            }
+        };
+    }
+    b.build()
+        .map_err(|e| format!("{call}: invalid pattern {pattern:?}: {e}"))
+}
+
+/// A limit as upstream gives it: negative for none.
+fn limit(n: i32) -> Option<usize> {
+    usize::try_from(n).ok()
+}
+
+/// One match: its text, offsets and groups.
+#[derive(Debug, ProvidesStaticType, NoSerialize, Allocative)]
+pub struct Match {
+    text: String,
+    start: usize,
+    end: usize,
+    /// Groups 1.. (None where a group did not take part).
+    groups: Vec<Option<String>>,
+    /// Group names by index (index 0 is the whole match).
+    names: Vec<Option<String>>,
+}
+
+starlark::starlark_simple_value!(Match);
+
+impl fmt::Display for Match {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "<regexp.match {:?} [{}:{}]>",
+            self.text, self.start, self.end
+        )
+    }
+}
+
+impl Match {
+    fn of(re: &Regex, caps: &regex::Captures) -> Self {
+        let whole = caps.get(0).expect("group 0 is the match");
+        Match {
+            text: whole.as_str().to_owned(),
+            start: whole.start(),
+            end: whole.end(),
+            groups: (1..caps.len())
+                .map(|i| caps.get(i).map(|m| m.as_str().to_owned()))
+                .collect(),
+            names: re.capture_names().map(|n| n.map(str::to_owned)).collect(),
+        }
+    }
+}
+
+fn match_of(v: Value<'_>) -> anyhow::Result<&Match> {
+    v.downcast_ref::<Match>()
+        .ok_or_else(|| anyhow::anyhow!("not a regexp match"))
+}
+
+#[starlark_module]
+fn match_methods(builder: &mut MethodsBuilder) {
+    /// The matched text.
+    #[starlark(attribute)]
+    fn text(#[starlark(this)] this: Value) -> anyhow::Result<String> {
+        Ok(match_of(this)?.text.clone())
+    }
+
+    /// The byte offset where the match starts.
+    #[starlark(attribute)]
+    fn start(#[starlark(this)] this: Value) -> anyhow::Result<i64> {
+        Ok(i64::try_from(match_of(this)?.start)?)
+    }
+
+    /// The byte offset just after the match.
+    #[starlark(attribute)]
+    fn end(#[starlark(this)] this: Value) -> anyhow::Result<i64> {
+        Ok(i64::try_from(match_of(this)?.end)?)
+    }
+
+    /// The captured groups (None for a group that did not take part).
+    #[starlark(attribute)]
+    fn groups<'v>(#[starlark(this)] this: Value<'v>, heap: Heap<'v>) -> anyhow::Result<Value<'v>> {
+        let m = match_of(this)?;
+        Ok(heap.alloc(AllocTuple(m.groups.iter().map(|g| match g {
+            Some(s) => heap.alloc(s.as_str()),
+            None => Value::new_none(),
+        }))))
+    }
+
+    /// Group `n` (0 is the whole match), or the group called `name`; "" for a group that
+    /// did not take part.
+    fn group(
+        #[starlark(this)] this: Value,
+        #[starlark(default = 0)] n: i32,
+        #[starlark(require = named, default = "")] name: &str,
+    ) -> anyhow::Result<String> {
+        let m = match_of(this)?;
+        let index = if name.is_empty() {
+            usize::try_from(n)
+                .ok()
+                .filter(|i| *i <= m.groups.len())
+                .ok_or_else(|| {
+                    anyhow::anyhow!("group({n}): the pattern has {} group(s)", m.groups.len())
+                })?
+        } else {
+            m.names
+                .iter()
+                .position(|g| g.as_deref() == Some(name))
+                .ok_or_else(|| anyhow::anyhow!("group(name = {name:?}): no group has that name"))?
+        };
+        Ok(if index == 0 {
+            m.text.clone()
+        } else {
+            m.groups[index - 1].clone().unwrap_or_default()
+        })
+    }
+}
+
+starlark::methods_static!(MATCH_METHODS = match_methods);
+
+#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[starlark_value(type = "regexp.match")]
+impl<'v> StarlarkValue<'v> for Match {
+    fn get_methods() -> Option<&'static Methods> {
+        Some(MATCH_METHODS.methods())
+    }
+
+    fn to_bool(&self) -> bool {
+        true
+    }
+}
+
+/// The operations, shared by the module functions and `Pattern` methods.
+fn is_match(re: &Regex, s: &str) -> bool {
+    re.is_match(s)
+}
+
+fn find<'v>(heap: Heap<'v>, re: &Regex, s: &str) -> Value<'v> {
+    re.captures(s)
+        .map_or(Value::new_none(), |c| heap.alloc(Match::of(re, &c)))
+}
+
+fn find_all<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> Value<'v> {
+    let all = re.captures_iter(s).map(|c| Match::of(re, &c));
+    let found: Vec<Match> = match limit(n) {
+        Some(n) => all.take(n).collect(),
+        None => all.collect(),
+    };
+    heap.alloc(AllocList(found))
+}
+
+fn replace(re: &Regex, s: &str, repl: &str) -> String {
+    re.replace_all(s, repl).into_owned()
+}
+
+fn split<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> Value<'v> {
+    let parts: Vec<&str> = match limit(n) {
+        Some(0) => Vec::new(),
+        Some(n) => re.splitn(s, n).collect(),
+        None => re.split(s).collect(),
+    };
+    heap.alloc(AllocList(parts))
+}
+
+/// `regexp.compile(...)`: a pattern for repeated use.
+#[derive(Debug, ProvidesStaticType, NoSerialize, Allocative)]
+pub struct Pattern(#[allocative(skip)] Regex);
+
+starlark::starlark_simple_value!(Pattern);
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<regexp.pattern {:?}>", self.0.as_str())
+    }
+}
+
+fn pattern_of(v: Value<'_>) -> anyhow::Result<&Regex> {
+    v.downcast_ref::<Pattern>()
+        .map(|p| &p.0)
+        .ok_or_else(|| anyhow::anyhow!("not a regexp pattern"))
+}
+
+#[starlark_module]
+fn pattern_methods(builder: &mut MethodsBuilder) {
+    /// Whether the pattern matches anywhere in `s`.
+    #[starlark(speculative_exec_safe)]
+    fn r#match(
+        #[starlark(this)] this: Value,
+        #[starlark(require = pos)] s: &str,
+    ) -> anyhow::Result<bool> {
+        Ok(is_match(pattern_of(this)?, s))
+    }
+
+    /// The first match in `s`, or None.
+    fn find<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(find(heap, pattern_of(this)?, s))
+    }
+
+    /// Every match in `s`; `n` limits how many (-1: all).
+    fn find_all<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(find_all(heap, pattern_of(this)?, s, n))
+    }
+
+    /// `s` with every match replaced by `repl` (`$1`, `${name}` expand groups).
+    fn replace(
+        #[starlark(this)] this: Value,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = pos)] repl: &str,
+    ) -> anyhow::Result<String> {
+        Ok(replace(pattern_of(this)?, s, repl))
+    }
+
+    /// `s` split around the matches; `n` limits the parts (-1: all).
+    fn split<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(split(heap, pattern_of(this)?, s, n))
+    }
+}
+
+starlark::methods_static!(PATTERN_METHODS = pattern_methods);
+
+#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[starlark_value(type = "regexp.pattern")]
+impl<'v> StarlarkValue<'v> for Pattern {
+    fn get_methods() -> Option<&'static Methods> {
+        Some(PATTERN_METHODS.methods())
+    }
+}
+
+fn flags(f: NoneOr<&str>) -> &str {
+    f.into_option().unwrap_or("")
+}
+
+fn or_fail<T>(r: Result<T, String>) -> anyhow::Result<T> {
+    r.map_err(anyhow::Error::msg)
+}
+
+#[starlark_module]
+pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
+    /// Whether `pattern` matches anywhere in `s`.
+    fn r#match(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+    ) -> anyhow::Result<bool> {
+        Ok(is_match(
+            &or_fail(compile("regexp.match", pattern, self::flags(flags)))?,
+            s,
+        ))
+    }
+
+    /// The first match of `pattern` in `s`, or None.
+    fn find<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let re = or_fail(compile("regexp.find", pattern, self::flags(flags)))?;
+        Ok(find(heap, &re, s))
+    }
+
+    /// Every match of `pattern` in `s`; `n` limits how many (-1: all).
+    fn find_all<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let re = or_fail(compile("regexp.find_all", pattern, self::flags(flags)))?;
+        Ok(find_all(heap, &re, s, n))
+    }
+
+    /// `s` with every match of `pattern` replaced by `repl` (`$1`, `${name}` expand).
+    fn replace(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = pos)] repl: &str,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+    ) -> anyhow::Result<String> {
+        let re = or_fail(compile("regexp.replace", pattern, self::flags(flags)))?;
+        Ok(replace(&re, s, repl))
+    }
+
+    /// `s` split around the matches of `pattern`; `n` limits the parts (-1: all).
+    fn split<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let re = or_fail(compile("regexp.split", pattern, self::flags(flags)))?;
+        Ok(split(heap, &re, s, n))
+    }
+
+    /// `pattern` compiled for repeated use.
+    fn compile(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(default = "")] flags: &str,
+    ) -> anyhow::Result<Pattern> {
+        Ok(Pattern(or_fail(compile("regexp.compile", pattern, flags))?))
+    }
+
+    /// `compile(...)` as a result (`.ok`, `.value`, `.error`): the way to check a
+    /// pattern that comes from outside the script.
+    fn try_compile<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(default = "")] flags: &str,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = compile("regexp.compile", pattern, flags).map(|re| heap.alloc(Pattern(re)));
+        Ok(result(heap, outcome))
+    }
+
+    /// `match(...)` as a result.
+    fn try_match<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = compile("regexp.match", pattern, self::flags(flags))
+            .map(|re| Value::new_bool(is_match(&re, s)));
+        Ok(result(heap, outcome))
+    }
+
+    /// `find(...)` as a result.
+    fn try_find<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome =
+            compile("regexp.find", pattern, self::flags(flags)).map(|re| find(heap, &re, s));
+        Ok(result(heap, outcome))
+    }
+
+    /// `replace(...)` as a result.
+    fn try_replace<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = pos)] repl: &str,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = compile("regexp.replace", pattern, self::flags(flags))
+            .map(|re| heap.alloc(replace(&re, s, repl)));
+        Ok(result(heap, outcome))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::script::builtins::testing::eval;
+
+    #[test]
+    fn functions_as_upstream_documents_them() {
+        assert_eq!(eval(r#"regexp.match(r"\d+", "order-42")"#).unwrap(), "True");
+        assert_eq!(
+            eval(
+                r#"m = regexp.find(r"(\w+)@(\w+\.\w+)", "user@example.com")
+(m.text, m.group(1), m.group(2), m.groups, m.start, m.end)"#
+            )
+            .unwrap(),
+            r#"("user@example.com", "user", "example.com", ("user", "example.com"), 0, 16)"#
+        );
+        assert_eq!(eval(r#"regexp.find("x", "abc")"#).unwrap(), "None");
+        assert_eq!(
+            eval(r#"[m.text for m in regexp.find_all(r"\b\w{5}\b", "the quick brown fox")]"#)
+                .unwrap(),
+            r#"["quick", "brown"]"#
+        );
+        assert_eq!(
+            eval(r#"len(regexp.find_all("o", "foo boo", 3))"#).unwrap(),
+            "3"
+        );
+        assert_eq!(
+            eval(r#"regexp.replace(r"\d+", "item-42-v3", "X")"#).unwrap(),
+            r#""item-X-vX""#
+        );
+        assert_eq!(
+            eval(r#"regexp.replace(r"(\w+)=(\w+)", "a=b", "$2=$1")"#).unwrap(),
+            r#""b=a""#
+        );
+        assert_eq!(
+            eval(r#"regexp.split(r"[,;\s]+", "a, b; c  d")"#).unwrap(),
+            r#"["a", "b", "c", "d"]"#
+        );
+        assert_eq!(
+            eval(r#"regexp.split(",", "a,b,c", 2)"#).unwrap(),
+            r#"["a", "b,c"]"#
+        );
+    }
+
+    #[test]
+    fn flags_and_compiled_patterns() {
+        assert_eq!(
+            eval(r#"regexp.match("hello", "HELLO WORLD", flags = "i")"#).unwrap(),
+            "True"
+        );
+        assert_eq!(
+            eval(
+                r#"p = regexp.compile(r"error:\s*(?P<why>.+)", flags = "i")
+m = p.find("ERROR: disk full")
+(m.group(1), m.group(name = "why"), p.match("ok"))"#
+            )
+            .unwrap(),
+            r#"("disk full", "disk full", False)"#
+        );
+        assert_eq!(
+            eval(r#"regexp.match("^b$", "a\nb", flags = "m")"#).unwrap(),
+            "True"
+        );
+        assert_eq!(
+            eval(r#"regexp.match("a.b", "a\nb", flags = "s")"#).unwrap(),
+            "True"
+        );
+    }
+
+    #[test]
+    fn errors_and_try() {
+        let e = eval(r#"regexp.match("(", "x")"#).unwrap_err();
+        assert!(e.contains("regexp.match: invalid pattern \"(\""), "{e}");
+        let e = eval(r#"regexp.compile("a", flags = "z")"#).unwrap_err();
+        assert!(
+            e.contains("regexp.compile: unknown flag 'z' (flags are i, m, s, U)"),
+            "{e}"
+        );
+        let e = eval(r#"regexp.find("(a)", "a").group(2)"#).unwrap_err();
+        assert!(e.contains("group(2): the pattern has 1 group(s)"), "{e}");
+        assert_eq!(
+            eval(
+                r#"r = regexp.try_compile("(")
+(r.ok, r.value, "invalid pattern" in r.error)"#
+            )
+            .unwrap(),
+            "(False, None, True)"
+        );
+        assert_eq!(
+            eval(
+                r#"r = regexp.try_replace("a", "banana", "o")
+(r.ok, r.value)"#
+            )
+            .unwrap(),
+            r#"(True, "bonono")"#
+        );
+        // A pattern too large to compile within the limit fails, it does not exhaust memory.
+        let e = eval(r#"regexp.match("(((a{1000}){1000}){1000})", "a")"#).unwrap_err();
+        assert!(e.contains("regexp.match: invalid pattern"), "{e}");
+    }
+}
