@@ -9,6 +9,7 @@
 
 use std::cell::Cell;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -85,7 +86,9 @@ impl Drop for Exclusive {
     }
 }
 
-/// Waits until no other test holds a claim, then holds the cluster.
+/// Waits until no other test holds a claim and the namespaces of finished tests are
+/// gone (their objects would otherwise meet this test's cluster-wide controller), then
+/// holds the cluster.
 pub async fn exclusive() -> Exclusive {
     acquire(|s| {
         if s.exclusive || s.shared > 0 {
@@ -96,5 +99,72 @@ pub async fn exclusive() -> Exclusive {
     })
     .await;
     HELD_HERE.set(true);
-    Exclusive
+    let held = Exclusive;
+    super::wait_until(
+        "the namespaces of finished tests to be deleted",
+        Duration::from_secs(120),
+        || async {
+            let terminating = terminating_namespaces().await;
+            for ns in &terminating {
+                release_leftovers(ns).await;
+            }
+            terminating.is_empty()
+        },
+    )
+    .await;
+    held
+}
+
+/// Test namespaces still being deleted.
+async fn terminating_namespaces() -> Vec<String> {
+    let out = super::kubectl(&[
+        "get",
+        "namespaces",
+        "-l",
+        "kite.test/owned=true",
+        "-o",
+        "jsonpath={.items[?(@.status.phase==\"Terminating\")].metadata.name}",
+    ])
+    .await;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Drops the finalizers of what keeps a finished test's namespace from going: the
+/// controller that would have removed them was that test's, and it is gone.
+async fn release_leftovers(ns: &str) {
+    let out = super::kubectl(&[
+        "get",
+        "namespace",
+        ns,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"NamespaceContentRemaining\")].message}",
+    ])
+    .await;
+    // "Some resources are remaining: staticsites.tutorial.starkite.io has 1 resource
+    // instances, configmaps has 2 resource instances"
+    let message = String::from_utf8_lossy(&out.stdout).into_owned();
+    let Some((_, list)) = message.split_once("remaining: ") else {
+        return;
+    };
+    for entry in list.split(", ") {
+        let Some((resource, _)) = entry.split_once(" has ") else {
+            continue;
+        };
+        let names = super::kubectl(&["get", resource, "-n", ns, "-o", "name"]).await;
+        for name in String::from_utf8_lossy(&names.stdout).lines() {
+            let _ = super::kubectl(&[
+                "patch",
+                name,
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ])
+            .await;
+        }
+    }
 }
