@@ -37,7 +37,7 @@ pub struct Builder {
 impl Library {
     /// A builder that starts from the standard globals: the Starlark standard library,
     /// `print`, `struct`, `json`, `base64`, `strings`, `fmt` (and `printf`, `println`,
-    /// `sprintf`), `hash`, `uuid`, `yaml`, `regexp`, the `var_*` readers, and the
+    /// `sprintf`), `hash`, `uuid`, `yaml`, `regexp`, `log`, the `var_*` readers, and the
     /// upstream modules kite leaves out (which fail saying so).
     pub fn builder() -> Builder {
         let globals = GlobalsBuilder::extended_by(&[
@@ -57,6 +57,7 @@ impl Library {
         .with_namespace("uuid", builtins::uuid::uuid_namespace)
         .with_namespace("yaml", builtins::yaml::yaml_namespace)
         .with_namespace("regexp", builtins::regexp::regexp_namespace)
+        .with_namespace("log", builtins::log::log_namespace)
         .with(builtins::fmt::fmt_globals)
         .with(builtins::vars::var_builtins)
         .with(builtins::unprovided::unprovided_modules);

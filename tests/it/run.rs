@@ -390,3 +390,48 @@ async fn standard_modules_need_no_flag() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines, want, "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn script_logs_go_through_kites_logger() {
+    let out = kite_output(
+        // -v: kite's own filter passes debug lines too (the script's level is its own).
+        &[
+            "run",
+            "tests/scripts/standard/log.star",
+            "--log-format",
+            "json",
+            "-v",
+        ],
+        T,
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &serde_json::Value| l["target"] == "script")
+        .collect();
+    let seen: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["level"].as_str().unwrap(),
+                l["fields"]["message"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("INFO", "server started"),
+            ("DEBUG", "shown after set_level"),
+            ("ERROR", "connection failed")
+        ],
+        "{lines:?}"
+    );
+    assert_eq!(lines[0]["fields"]["attrs"], r#"{"port":8080,"env":"test"}"#);
+    assert_eq!(
+        lines[0]["fields"]["at"],
+        "tests/scripts/standard/log.star:1:1"
+    );
+}

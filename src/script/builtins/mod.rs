@@ -4,6 +4,7 @@ pub mod base64;
 pub mod fmt;
 pub mod hash;
 pub mod json;
+pub mod log;
 pub mod regexp;
 pub mod strings;
 pub mod unprovided;
