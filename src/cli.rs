@@ -115,6 +115,9 @@ pub enum KubeCommand {
     /// Print the manifests that deploy a controller script, with least-privilege RBAC
     /// inferred from the script.
     GenControllerArtifacts(GenArgs),
+    /// Print the manifests that deploy a `k8s.webhook()` script: Deployment, Service,
+    /// serving certificate and webhook configurations.
+    GenWebhookArtifacts(GenWebhookArgs),
     /// Print the RBAC rules a script needs, each with the script lines that need it.
     Rbac(RbacArgs),
 }
@@ -178,6 +181,47 @@ pub struct GenArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct GenWebhookArgs {
+    /// The webhook script.
+    #[arg(long, value_name = "FILE", default_value = "webhook.star")]
+    pub webhook: PathBuf,
+    /// The name of the ServiceAccount, Deployment, Service and configurations (default:
+    /// from the file name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The image that runs the script.
+    #[arg(long, value_name = "IMG")]
+    pub image: String,
+    /// The namespace the webhook runs in.
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// Deployment replicas.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
+    /// What the API server sends to the webhook, e.g. "group=apps resource=deployments
+    /// operations=CREATE,UPDATE" (repeatable; default: the kind the script's controller watches).
+    #[arg(long = "rule", value_name = "RULE")]
+    pub rules: Vec<String>,
+    /// Let cert-manager issue the serving certificate and inject its CA, instead of a
+    /// certificate made now and kept in a Secret.
+    #[arg(long)]
+    pub cert_manager: bool,
+    #[arg(long, short, value_enum, default_value_t)]
+    pub output: OutputFormat,
+    /// A script variable, as for `kite run` (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// A CustomResourceDefinition manifest (YAML) naming a kind the script uses (repeatable).
+    #[arg(long = "crd", value_name = "FILE")]
+    pub crds: Vec<PathBuf>,
+    /// Never contact a cluster (otherwise its discovery resolves kinds nothing else knows).
+    #[arg(long)]
+    pub offline: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct RbacArgs {
     /// The script to analyse.
     pub file: PathBuf,
@@ -203,21 +247,8 @@ pub struct RunArgs {
     /// A YAML file of script variables; --var values override it (repeatable).
     #[arg(long = "var-file", value_name = "FILE")]
     pub var_files: Vec<PathBuf>,
-    /// Allow everything below.
-    #[arg(long)]
-    pub allow_all: bool,
-    /// Allow access to the Kubernetes API.
-    #[arg(long)]
-    pub allow_k8s: bool,
-    /// Allow network access (implies --allow-k8s).
-    #[arg(long)]
-    pub allow_net: bool,
-    /// Allow filesystem access.
-    #[arg(long)]
-    pub allow_fs: bool,
-    /// Allow reading environment variables.
-    #[arg(long)]
-    pub allow_env: bool,
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
     /// Send every write with dryRun=All and print what would change.
     #[arg(long)]
     pub dry_run: bool,
@@ -237,6 +268,73 @@ pub struct RunArgs {
     pub health_bind: std::net::IpAddr,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+/// What a script may reach outside the process; nothing unless allowed.
+#[derive(Debug, Clone, Args)]
+#[allow(clippy::struct_excessive_bools)] // one switch per flag
+pub struct PermissionArgs {
+    /// Allow everything below.
+    #[arg(long)]
+    pub allow_all: bool,
+    /// Allow access to the Kubernetes API.
+    #[arg(long)]
+    pub allow_k8s: bool,
+    /// Allow network access (implies --allow-k8s).
+    #[arg(long)]
+    pub allow_net: bool,
+    /// Allow filesystem access.
+    #[arg(long)]
+    pub allow_fs: bool,
+    /// Allow reading and setting environment variables.
+    #[arg(long)]
+    pub allow_env: bool,
+    /// Allow running other programs (os.exec, exec).
+    #[arg(long)]
+    pub allow_exec: bool,
+    /// An upstream Starkite permission profile: deny-all, strict, allow-fs, allow-net,
+    /// allow-local, allow-all, or inline rules (allow:fs.*,os.exec;deny:...); combined
+    /// with the flags above.
+    #[arg(long, value_name = "PROFILE", value_parser = parse_profile)]
+    pub permissions: Option<crate::script::profile::Profile>,
+}
+
+impl PermissionArgs {
+    /// What the flags and the profile allow together.
+    pub fn resolve(&self) -> crate::script::permissions::Permissions {
+        use crate::script::permissions::Permissions;
+        let flags = if self.allow_all {
+            Permissions::all()
+        } else {
+            // Upstream scripts are run with --allow-net; the cluster is network access.
+            Permissions {
+                k8s: self.allow_k8s || self.allow_net,
+                net: self.allow_net,
+                fs: self.allow_fs,
+                env: self.allow_env,
+                exec: self.allow_exec,
+            }
+        };
+        let profile = self
+            .permissions
+            .as_ref()
+            .map_or_else(Permissions::none, |p| p.permissions);
+        flags.union(profile)
+    }
+
+    /// What kite could not enforce as finely as the profile asked, one line each.
+    pub fn warnings(&self) -> Vec<String> {
+        self.permissions.as_ref().map_or_else(Vec::new, |p| {
+            p.warnings
+                .iter()
+                .map(|w| format!("warning: --permissions {}: {w}", p.spec))
+                .collect()
+        })
+    }
+}
+
+fn parse_profile(s: &str) -> Result<crate::script::profile::Profile, String> {
+    crate::script::profile::parse(s).map_err(|e| e.to_string())
 }
 
 /// Which cluster to talk to; shared by every command that does.

@@ -27,6 +27,8 @@
 //! - `artifacts`: the manifests and Dockerfile that deploy a script
 //!   (`kite kube gen-controller-artifacts`).
 //! - `signal`: SIGTERM/SIGINT handling shared by `kite run` and `kite operator`.
+//! - `tls`: rustls acceptors from PEM and self-made certificates (`k8s.webhook`, the
+//!   webhook artifacts).
 //! - `duration`: Go-style duration strings.
 //! - `version`: build and version information.
 //!
@@ -69,27 +71,32 @@ mod operator;
 mod rbac;
 mod script;
 mod signal;
+mod tls;
 mod version;
 
 // The binary: `kite run` and `kite check`.
 pub use control::handlers::Handlers;
 pub use control::request::ControlRequest;
 pub use control::standalone::{Options as StandaloneOptions, own_namespace, run as run_standalone};
+pub use control::webhook::WebhookRequest;
+pub use control::webhook::run::run as run_webhook;
 pub use k8s::session::{KubeOptions, connect_config};
 pub use library::library;
+pub use script::builtins::os::ScriptExit;
 pub use script::check::check;
-pub use script::host::{Host, Limits};
+pub use script::host::{Handoff, Host, Limits};
 pub use script::memory::{Counting, quiet_refusals, return_large_blocks};
 pub use script::permissions::Permissions;
 pub use script::run::{Finished, run as run_script};
 pub use script::vars::Vars;
 pub use signal::shutdown_signal;
+pub use starlark::environment::FrozenModule;
 pub use version::version_line;
 
 // The binary: `kite kube`.
 pub use artifacts::{
-    DEFAULT_BASE_IMAGE, Options as ArtifactOptions, default_name as artifact_name, dockerfile,
-    render as render_artifacts, to_json, to_yaml,
+    DEFAULT_BASE_IMAGE, Options as ArtifactOptions, WebhookOptions, default_name as artifact_name,
+    dockerfile, render as render_artifacts, render_webhook, to_json, to_yaml,
 };
 pub use rbac::{Catalog, Inference, discover, infer};
 

@@ -15,12 +15,16 @@ pub fn library() -> &'static Library {
     static LIBRARY: OnceLock<Library> = OnceLock::new();
     LIBRARY.get_or_init(|| {
         // Before any client value is used: the method table is fixed on first use.
-        k8s::module::extend_methods(control::request::control_method);
+        k8s::module::extend_methods(|methods| {
+            control::request::control_method(methods);
+            control::webhook::webhook_method(methods);
+        });
         Library::builder()
             .globals(k8s::module::register)
             .module("k8s", k8s::module::loadable)
             .signatures(k8s::module::signatures)
             .signatures(control::request::signatures)
+            .signatures(control::webhook::signatures)
             .build()
     })
 }
@@ -29,6 +33,31 @@ pub fn library() -> &'static Library {
 mod tests {
     use super::library;
     use crate::script::lint::tests::problems;
+
+    /// The sweep of upstream's builder keywords, through `kite check` (here because
+    /// only the top of the crate sees the whole library).
+    #[test]
+    fn kite_check_accepts_every_upstream_keyword() {
+        let mut refused = Vec::new();
+        for (builder, kw) in crate::k8s::obj::tests_keywords::upstream() {
+            let code = format!("k8s.obj.{builder}({kw} = 1)\n");
+            refused.extend(problems(library(), &code));
+        }
+        assert!(refused.is_empty(), "kite check refused: {refused:#?}");
+    }
+
+    #[test]
+    fn check_refusals_list_each_accepted_keyword_once() {
+        let found = problems(
+            library(),
+            "k8s.obj.cluster_role_binding(name = 'b', bogus = 1)\n",
+        );
+        let msg = found.join("\n");
+        let accepted = msg.split("accepted: ").nth(1).unwrap_or_default();
+        let names: Vec<&str> = accepted.trim_end_matches(')').split(", ").collect();
+        assert_eq!(names.iter().filter(|n| **n == "name").count(), 1, "{msg}");
+        assert!(names.contains(&"role_ref"), "{msg}");
+    }
 
     #[test]
     fn k8s_calls_are_checked_against_their_signatures() {
@@ -65,5 +94,18 @@ mod tests {
                 .any(|p| p.contains("unknown keyword argument \"workerz\"")),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn webhook_keywords_are_checked() {
+        let found = problems(library(), "k8s.webhook('/v', validate=None, prot=1)");
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("unknown keyword argument \"prot\"")),
+            "{found:?}"
+        );
+        let ok = "k8s.webhook('/v', validate=None, mutate=None, port=1, tls_cert='', tls_key='', timeout='5s', failure_policy='Fail')";
+        assert!(problems(library(), ok).is_empty());
     }
 }

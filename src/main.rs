@@ -15,7 +15,7 @@ use clap::Parser;
 use kite::cli::{
     Cli, Command, InferArgs, KubeCommand, LogFormat, OperatorArgs, OutputFormat, RunArgs,
 };
-use kite::{ControlRequest, Finished, Handlers, Host, KubeOptions, Permissions, Vars, library};
+use kite::{ControlRequest, Finished, Handlers, Host, KubeOptions, Vars, library};
 
 /// Counts what each thread allocates, so a script over its memory limit fails alone.
 #[global_allocator]
@@ -147,6 +147,7 @@ fn kube(command: KubeCommand) -> anyhow::Result<()> {
             }
             print!("{}", inference.rules.table());
         }
+        KubeCommand::GenWebhookArtifacts(args) => gen_webhook_artifacts(args)?,
         KubeCommand::GenControllerArtifacts(args) => {
             let inference = infer(&args.controller, &args.infer)?;
             for w in &inference.warnings {
@@ -234,13 +235,10 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let permissions = Permissions::from_flags(
-        args.allow_all,
-        args.allow_k8s,
-        args.allow_net,
-        args.allow_fs,
-        args.allow_env,
-    );
+    for warning in args.permissions.warnings() {
+        eprintln!("{warning}");
+    }
+    let permissions = args.permissions.resolve();
     let Some(runtime) = runtime() else {
         return ExitCode::FAILURE;
     };
@@ -256,6 +254,23 @@ fn run(args: RunArgs) -> ExitCode {
     // block on the runtime.
     let code = match kite::run_script(&args.file, &host) {
         Ok(Finished::Done) => ExitCode::SUCCESS,
+        // os.exit(code): the script ended on purpose.
+        Ok(Finished::HandedOff { mut handoff, .. }) if handoff.holds::<kite::ScriptExit>() => {
+            ExitCode::from(handoff.take::<kite::ScriptExit>().map_or(0, |e| e.0))
+        }
+        Ok(Finished::HandedOff {
+            handoff,
+            module,
+            positions,
+        }) if kite::WebhookRequest::in_handoff(&handoff) => {
+            let opts = kite::StandaloneOptions {
+                handler_budget: args.handler_timeout,
+                grace: args.grace_period,
+                health_bind: args.health_bind,
+                script: args.file.clone(),
+            };
+            serve_webhook(host.clone(), handoff, module, positions, opts)
+        }
         Ok(Finished::HandedOff {
             handoff,
             module,
@@ -292,4 +307,61 @@ fn run(args: RunArgs) -> ExitCode {
     drop(host);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     code
+}
+
+/// `kite run` of a script that called `k8s.webhook(...)` (and maybe `k8s.control(...)`).
+fn serve_webhook(
+    host: Arc<Host>,
+    handoff: kite::Handoff,
+    module: kite::FrozenModule,
+    positions: std::collections::HashMap<String, String>,
+    opts: kite::StandaloneOptions,
+) -> ExitCode {
+    match kite::run_webhook(host, handoff, module, positions, opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `kite kube gen-webhook-artifacts`.
+fn gen_webhook_artifacts(args: kite::cli::GenWebhookArgs) -> anyhow::Result<()> {
+    let infer_args = InferArgs {
+        vars: args.vars.clone(),
+        crds: args.crds.clone(),
+        rules: Vec::new(),
+        offline: args.offline,
+        cluster: args.cluster.clone(),
+    };
+    let inference = infer(&args.webhook, &infer_args)?;
+    let vars = args.vars.iter().map(|v| {
+        let (k, v) = v.split_once('=').unwrap_or((v, ""));
+        (k.to_owned(), v.to_owned())
+    });
+    let opts = kite::ArtifactOptions {
+        name: args
+            .name
+            .unwrap_or_else(|| kite::artifact_name(&args.webhook)),
+        namespace: args.namespace,
+        image: args.image,
+        replicas: args.replicas,
+        vars: vars.collect(),
+        script: args.webhook.clone(),
+    };
+    let web = kite::WebhookOptions {
+        rules: args.rules,
+        cert_manager: args.cert_manager,
+    };
+    let rendered = kite::render_webhook(&inference, &opts, &web)?;
+    for w in inference.warnings.iter().chain(&rendered.warnings) {
+        eprintln!("warning: {w}");
+    }
+    let text = match args.output {
+        OutputFormat::Yaml => kite::to_yaml(&rendered.objects)?,
+        OutputFormat::Json => kite::to_json(&rendered.objects)?,
+    };
+    print!("{text}");
+    Ok(())
 }

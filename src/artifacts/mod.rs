@@ -4,6 +4,7 @@ mod deployment;
 mod dockerfile;
 mod output;
 mod rbac;
+mod webhook;
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,7 @@ use crate::rbac::Inference;
 
 pub use dockerfile::{DEFAULT_BASE_IMAGE, dockerfile};
 pub use output::{to_json, to_yaml};
+pub use webhook::{WebhookOptions, render as render_webhook};
 
 /// Why the artifacts could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +28,8 @@ pub enum Error {
     },
     #[error("the script never calls k8s.control(); there is no controller to deploy")]
     FindController,
+    #[error("the script never calls k8s.webhook(); there is no webhook to deploy")]
+    FindWebhook,
     #[error("refusing to grant a wildcard in {scope}: {rule}")]
     GrantWildcard { scope: String, rule: String },
     #[error("writing YAML: {0}")]
@@ -213,6 +217,7 @@ pub(crate) mod tests {
             warnings: Vec::new(),
             unresolved: Vec::new(),
             control: Some(control),
+            webhook: None,
             files: vec!["ctrl.star".into()],
         }
     }

@@ -131,7 +131,26 @@ pub fn stash<'v>(module: &Module<'v>, heap: Heap<'v>, h: &HandlerValues<'v>) {
         heap.alloc("related"),
         heap.alloc(AllocList(h.related.iter().copied())),
     ));
-    module.set_extra_value(heap.alloc(AllocDict(entries)));
+    stash_entries(module, heap, entries);
+}
+
+/// Adds `entries` to the module's extra dict, keeping what other builtins stashed there
+/// (`k8s.webhook` keeps its handlers beside the controller's).
+pub fn stash_entries<'v>(
+    module: &Module<'v>,
+    heap: Heap<'v>,
+    entries: Vec<(Value<'v>, Value<'v>)>,
+) {
+    let mut all: Vec<(Value<'v>, Value<'v>)> = module
+        .extra_value()
+        .and_then(DictRef::from_value)
+        .map(|d| d.iter().collect())
+        .unwrap_or_default();
+    for (k, v) in entries {
+        all.retain(|(old, _)| old.unpack_str() != k.unpack_str());
+        all.push((k, v));
+    }
+    module.set_extra_value(heap.alloc(AllocDict(all)));
 }
 
 impl Handlers {

@@ -21,4 +21,5 @@ mod shared;
 pub mod spec;
 pub mod standalone;
 pub mod watches;
+pub mod webhook;
 mod worker;

@@ -31,14 +31,10 @@ impl ControlRequest {
     ///
     /// # Errors
     /// Something else was handed over (a bug in the composition), said as such.
-    pub fn from_handoff(handoff: Box<dyn std::any::Any + Send>) -> Result<Self, String> {
-        handoff
-            .downcast::<ControlRequest>()
-            .map(|r| *r)
-            .map_err(|_| {
-                "internal error: the script handed over something other than a controller"
-                    .to_owned()
-            })
+    pub fn from_handoff(mut handoff: crate::script::host::Handoff) -> Result<Self, String> {
+        handoff.take::<ControlRequest>().ok_or_else(|| {
+            "internal error: the script handed over something other than a controller".to_owned()
+        })
     }
 }
 
@@ -59,8 +55,16 @@ pub fn control_method(builder: &mut MethodsBuilder) {
         within_limits(&spec, &host.limits).map_err(|e| anyhow::anyhow!("k8s.control: {e}"))?;
         let session = crate::k8s::module::session_key(this);
         super::handlers::stash(eval.module(), eval.heap(), &handlers);
+        if !host.accepts_handoff() {
+            // Called from a handler: the top level is over.
+            anyhow::bail!(CONTROL_STARTED);
+        }
         if !host.hand_off(Box::new(ControlRequest { spec, session })) {
             anyhow::bail!("k8s.control: a script can start only one controller");
+        }
+        if super::webhook::called_after(eval) {
+            // The top level goes on to register its webhook; both start after it.
+            return Ok(NoneType);
         }
         // Unwinds the script; the host sees the request and starts the controller.
         Err(anyhow::anyhow!(CONTROL_STARTED))

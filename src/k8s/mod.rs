@@ -1,15 +1,32 @@
 //! The `k8s` Starlark module: client calls, `k8s.obj` builders and kind resolution.
 
 mod calls;
+pub mod cp;
+pub mod describe;
 pub mod discovery;
+pub mod drain;
 pub mod event;
+pub mod eviction;
+pub mod exec;
+pub mod logs;
 pub mod manifest;
 pub mod module;
+pub mod node;
+mod node_calls;
 pub mod obj;
 pub mod ops;
+mod pod_calls;
+pub mod pods;
+pub mod portforward;
+pub mod revisions;
+pub mod rollout;
 pub mod selector;
 pub mod session;
+pub mod template;
+pub mod top;
 pub mod try_call;
 pub mod wait;
 pub mod watch;
+pub mod workload;
+mod workload_calls;
 pub mod write_log;

@@ -19,7 +19,7 @@ use starlark::eval::Evaluator;
 use starlark::values::none::NoneOr;
 use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
 
-use super::calls::client_methods;
+use super::calls;
 use super::ops::{self};
 use super::session::{KubeOptions, Session, SessionCell, SessionKey};
 use super::try_call::TryCall;
@@ -50,6 +50,14 @@ impl fmt::Display for K8sClient {
             write!(f, "<k8s client {:?}>", self.key)
         }
     }
+}
+
+/// Every client function: the core calls and the pod I/O calls (`logs`, `exec`, ...).
+fn client_methods(builder: &mut MethodsBuilder) {
+    calls::client_methods(builder);
+    super::pod_calls::pod_methods(builder);
+    super::workload_calls::workload_methods(builder);
+    super::node_calls::node_methods(builder);
 }
 
 starlark::methods_static!(CLIENT_METHODS = client_methods);

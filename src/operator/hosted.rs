@@ -79,7 +79,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let runtime = tokio::runtime::Handle::current();
     let vars = Vars::from_map(plan.vars.clone());
     // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
-    let permissions = Permissions::from_flags(false, true, false, false, false);
+    let permissions = Permissions::k8s_only();
     let mut host = Host::new(library(), vars, permissions, runtime);
     host.printer = Printer::hosted(&plan.name, printer::HOSTED);
     host.limits = plan.limits.clone();

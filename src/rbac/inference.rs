@@ -26,6 +26,9 @@ pub struct Inference {
     pub unresolved: Vec<String>,
     /// The `k8s.control()` options deployment depends on; None if the script has none.
     pub control: Option<ControlFacts>,
+    /// The `k8s.webhook()` options deployment depends on; None if the script has none.
+    /// (Boxed: most scripts have none, and an Inference travels in enums.)
+    pub webhook: Option<Box<WebhookFacts>>,
     /// The script and every file it loads, relative to the script's directory; the script first.
     pub files: Vec<PathBuf>,
 }
@@ -71,6 +74,62 @@ const BUILDERS: &[(&str, &str, &str)] = &[
     ("ingress", "networking.k8s.io/v1", "Ingress"),
     ("lease", "coordination.k8s.io/v1", "Lease"),
     ("crd", "apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("pod_disruption_budget", "policy/v1", "PodDisruptionBudget"),
+    ("pdb", "policy/v1", "PodDisruptionBudget"),
+    ("persistent_volume", "v1", "PersistentVolume"),
+    ("persistent_volume_claim", "v1", "PersistentVolumeClaim"),
+    ("storage_class", "storage.k8s.io/v1", "StorageClass"),
+    ("device_class", "resource.k8s.io/v1", "DeviceClass"),
+    ("resource_claim", "resource.k8s.io/v1", "ResourceClaim"),
+    (
+        "resource_claim_template",
+        "resource.k8s.io/v1",
+        "ResourceClaimTemplate",
+    ),
+    ("resource_slice", "resource.k8s.io/v1", "ResourceSlice"),
+    (
+        "gateway_class",
+        "gateway.networking.k8s.io/v1",
+        "GatewayClass",
+    ),
+    ("gateway", "gateway.networking.k8s.io/v1", "Gateway"),
+    ("http_route", "gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("grpc_route", "gateway.networking.k8s.io/v1", "GRPCRoute"),
+    (
+        "reference_grant",
+        "gateway.networking.k8s.io/v1",
+        "ReferenceGrant",
+    ),
+    (
+        "validating_admission_policy",
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+    ),
+    (
+        "vap",
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+    ),
+    (
+        "validating_admission_policy_binding",
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    (
+        "mutating_admission_policy",
+        "admissionregistration.k8s.io/v1alpha1",
+        "MutatingAdmissionPolicy",
+    ),
+    (
+        "map",
+        "admissionregistration.k8s.io/v1alpha1",
+        "MutatingAdmissionPolicy",
+    ),
+    (
+        "mutating_admission_policy_binding",
+        "admissionregistration.k8s.io/v1alpha1",
+        "MutatingAdmissionPolicyBinding",
+    ),
 ];
 
 /// The control() options whose values are handler functions.
@@ -161,6 +220,7 @@ fn infer_source(
     if let Some((module, call)) = control {
         a.control(path, module, call);
     }
+    a.webhook();
     a.scan_calls(&handler_names);
     if let Some((module, call)) = control {
         a.children(module, call);
@@ -580,6 +640,11 @@ fn object_param(def: &DefP<AstNoPayload>) -> Option<String> {
 
 mod calls;
 mod control;
+mod pod_io;
+mod webhook;
+mod workload;
+
+pub use webhook::WebhookFacts;
 
 #[cfg(test)]
 mod tests;

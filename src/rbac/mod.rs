@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 pub use catalog::{Catalog, discover};
 pub use extra::parse_rule;
-pub use inference::{ControlFacts, Inference, WatchNamespace, infer, infer_text};
+pub use inference::{ControlFacts, Inference, WatchNamespace, WebhookFacts, infer, infer_text};
 #[cfg(test)]
 pub(crate) use rule::Site;
 pub use rule::{Rule, Rules, Scope};

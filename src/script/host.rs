@@ -28,8 +28,35 @@ pub struct Host {
     pub limits: Limits,
     /// State of the layers above, one value per type.
     extensions: Extensions,
-    /// What a builtin handed over when it stopped the script (`k8s.control(...)`).
-    handoff: Mutex<Option<Box<dyn Any + Send>>>,
+    /// What builtins handed over for after the top level (`k8s.control(...)`,
+    /// `k8s.webhook(...)`); None once taken, so later calls (from handlers) are refused.
+    handoff: Mutex<Option<Handoff>>,
+}
+
+/// What builtins hand over to whoever runs the script, at most one value per type
+/// (a controller request, a webhook request), in the order they were recorded.
+#[derive(Default)]
+pub struct Handoff(Vec<Box<dyn Any + Send>>);
+
+impl Handoff {
+    /// Takes out the value of type `T`, if one was handed over.
+    pub fn take<T: Any>(&mut self) -> Option<T> {
+        let i = self
+            .0
+            .iter()
+            .position(|v| (**v).type_id() == TypeId::of::<T>())?;
+        self.0.remove(i).downcast::<T>().ok().map(|b| *b)
+    }
+
+    /// True when a value of type `T` is held.
+    pub fn holds<T: Any>(&self) -> bool {
+        self.0.iter().any(|v| (**v).type_id() == TypeId::of::<T>())
+    }
+
+    /// True when nothing (more) is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// One value per type, created on first use: how the layers above keep their own
@@ -176,7 +203,7 @@ impl Host {
             printer: super::printer::Printer::plain(),
             limits: Limits::default(),
             extensions: Extensions::default(),
-            handoff: Mutex::default(),
+            handoff: Mutex::new(Some(Handoff::default())),
         }
     }
 
@@ -192,18 +219,23 @@ impl Host {
         self
     }
 
-    /// Records what a builtin hands over as it stops the script; [`super::run::run`]
-    /// returns it with the frozen module. False, and nothing recorded, when something
-    /// was handed over already.
+    /// Records what a builtin hands over (as it stops the script, or to be picked up
+    /// when the top level ends); [`super::run::run`] returns it with the frozen module.
+    /// False, and nothing recorded, when a value of the same type was handed over
+    /// already or the hand-off was taken (the call comes from a handler).
     pub fn hand_off(&self, value: Box<dyn Any + Send>) -> bool {
         let mut slot = self
             .handoff
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if slot.is_some() {
+        let Some(held) = slot.as_mut() else {
+            return false;
+        };
+        let kind = (*value).type_id();
+        if held.0.iter().any(|v| (**v).type_id() == kind) {
             return false;
         }
-        *slot = Some(value);
+        held.0.push(value);
         true
     }
 
@@ -212,15 +244,25 @@ impl Host {
         self.handoff
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|h| !h.is_empty())
+    }
+
+    /// True while builtins may still hand over (the top level has not ended).
+    pub fn accepts_handoff(&self) -> bool {
+        self.handoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .is_some()
     }
 
-    /// What a builtin handed over, if anything.
-    pub fn take_handoff(&self) -> Option<Box<dyn Any + Send>> {
+    /// What builtins handed over, if anything; later hand-offs are refused.
+    pub fn take_handoff(&self) -> Option<Handoff> {
         self.handoff
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
+            .filter(|h| !h.is_empty())
     }
 
     /// The host of the evaluator running a builtin.

@@ -37,7 +37,7 @@ pub struct Builder {
 impl Library {
     /// A builder that starts from the standard globals: the Starlark standard library,
     /// `print`, `struct`, `json`, `base64`, `strings`, `fmt` (and `printf`, `println`,
-    /// `sprintf`), `hash`, `uuid`, `yaml`, `regexp`, `log`, the `var_*` readers, and the
+    /// `sprintf`), `hash`, `uuid`, `yaml`, `regexp`, `log`, `template`, `http` (the client), `time`, `retry`, the `var_*` readers, and the
     /// upstream modules kite leaves out (which fail saying so).
     pub fn builder() -> Builder {
         let globals = GlobalsBuilder::extended_by(&[
@@ -58,6 +58,14 @@ impl Library {
         .with_namespace("yaml", builtins::yaml::yaml_namespace)
         .with_namespace("regexp", builtins::regexp::regexp_namespace)
         .with_namespace("log", builtins::log::log_namespace)
+        .with_namespace("os", builtins::os::os_namespace)
+        .with(builtins::os::os_globals)
+        .with_namespace("fs", builtins::fs::fs_namespace)
+        .with(builtins::fs::fs_globals)
+        .with_namespace("template", builtins::template::template_namespace)
+        .with_namespace("time", builtins::time::time_namespace)
+        .with_namespace("retry", builtins::retry::retry_namespace)
+        .with_namespace("http", builtins::http::http_namespace)
         .with(builtins::fmt::fmt_globals)
         .with(builtins::vars::var_builtins)
         .with(builtins::unprovided::unprovided_modules);

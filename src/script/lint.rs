@@ -51,7 +51,12 @@ impl Signature {
             .chain(&self.named_only)
             .map(|(n, _)| n.clone())
             .collect();
-        names.extend(self.kwarg_names.iter().flatten().cloned());
+        // A builder's positional argument is also one of its keywords: list it once.
+        for k in self.kwarg_names.iter().flatten() {
+            if !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
         names
     }
 

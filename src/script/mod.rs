@@ -13,6 +13,7 @@ pub mod memory;
 pub mod outcome;
 pub mod permissions;
 pub mod printer;
+pub mod profile;
 pub mod run;
 pub mod syntax;
 pub mod vars;

@@ -62,7 +62,7 @@ pub enum Finished {
     /// A builtin handed something over and stopped the script (`k8s.control(...)`
     /// hands over the controller to start); the frozen module holds what it refers to.
     HandedOff {
-        handoff: Box<dyn std::any::Any + Send>,
+        handoff: super::host::Handoff,
         module: FrozenModule,
         /// Where each function of the script is defined (`name` to `file:line:col`).
         positions: std::collections::HashMap<String, String>,

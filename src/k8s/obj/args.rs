@@ -215,6 +215,57 @@ impl Args {
         })
     }
 
+    /// A dict or list of API fields written in snake_case or camelCase, with its keys
+    /// turned to camelCase (see [`camelize`]).
+    pub fn api(&self, key: &str) -> Result<Option<Json>> {
+        match self.json(key) {
+            None => Ok(None),
+            Some(v @ (Json::Object(_) | Json::Array(_))) => Ok(Some(camelize(v))),
+            Some(v) => Err(self.wrong(key, "a dict or a list", v)),
+        }
+    }
+
+    /// A dict of API fields, keys turned to camelCase.
+    pub fn api_obj(&self, key: &str) -> Result<Option<Json>> {
+        Ok(self.object(key)?.map(|m| camelize(&Json::Object(m))))
+    }
+
+    /// A list of dicts of API fields, keys turned to camelCase.
+    pub fn api_objs(&self, key: &str) -> Result<Option<Vec<Json>>> {
+        self.list_of(key, "a dict", |v| v.is_object().then(|| camelize(v)))
+    }
+
+    /// The name an argument refers to: a string, or another builder's result (any dict
+    /// with `metadata.name`).
+    pub fn name_ref(&self, key: &str) -> Result<Option<String>> {
+        match self.json(key) {
+            None => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            Some(v) => object_name(v)
+                .map(|n| Some(n.to_owned()))
+                .ok_or_else(|| self.wrong(key, "a name or an object with metadata.name", v)),
+        }
+    }
+
+    /// A label selector: a dict of labels becomes `matchLabels`; a dict that already has
+    /// `match_labels`/`match_expressions` is taken as the full selector.
+    pub fn selector(&self, key: &str) -> Result<Option<Json>> {
+        let Some(m) = self.object(key)? else {
+            return Ok(None);
+        };
+        let full = [
+            "match_labels",
+            "matchLabels",
+            "match_expressions",
+            "matchExpressions",
+        ];
+        if m.keys().any(|k| full.contains(&k.as_str())) {
+            return Ok(Some(camelize(&Json::Object(m))));
+        }
+        let labels = self.str_map(key)?.unwrap_or_default();
+        Ok(Some(serde_json::json!({ "matchLabels": labels })))
+    }
+
     /// `labels`, or `{"app": name}` when not given, as the workload builders default.
     pub fn labels_or_app(&self, name: &str) -> Result<Obj> {
         Ok(self.str_map("labels")?.unwrap_or_else(|| {
@@ -289,4 +340,65 @@ fn suggestion(key: &str, keywords: &[&str]) -> String {
         .min()
         .map(|(_, k)| format!(" (did you mean {k:?}?)"))
         .unwrap_or_default()
+}
+
+/// `metadata.name` of a manifest, such as another builder's result.
+pub(super) fn object_name(v: &Json) -> Option<&str> {
+    v.get("metadata")?.get("name")?.as_str()
+}
+
+/// Fields whose keys are user data (label keys, parameter names, resource names), not
+/// API field names, so [`camelize`] leaves their keys alone.
+const DATA_FIELDS: &[&str] = &[
+    "labels",
+    "annotations",
+    "matchLabels",
+    "nodeSelector",
+    "parameters",
+    "volumeAttributes",
+    "data",
+    "stringData",
+    "capacity",
+    "requests",
+    "limits",
+    "attributes",
+];
+
+/// `snake_case` to `camelCase`; names without `_` are returned as they are.
+pub(super) fn camel(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' && !out.is_empty() {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Turns every snake_case key of a nested value to camelCase, as upstream's builders
+/// accept API sub-objects written either way. Keys under [`DATA_FIELDS`] are kept.
+pub(super) fn camelize(v: &Json) -> Json {
+    match v {
+        Json::Object(m) => Json::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let k = camel(k);
+                    let v = if DATA_FIELDS.contains(&k.as_str()) {
+                        v.clone()
+                    } else {
+                        camelize(v)
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Json::Array(items) => Json::Array(items.iter().map(camelize).collect()),
+        _ => v.clone(),
+    }
 }

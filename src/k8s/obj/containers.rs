@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::{Value as Json, json};
 
-use super::args::{Args, Builder, Obj, Put, short, type_name};
+use super::args::{Args, Builder, Obj, Put, camelize, short, type_name};
 
 pub(super) const CONTAINER: Builder = Builder {
     name: "container",
@@ -27,6 +27,8 @@ pub(super) const CONTAINER: Builder = Builder {
         "security_context",
         "lifecycle",
         "restart_policy",
+        "claims",
+        "resize_policy",
         "stdin",
         "tty",
         "termination_message_policy",
@@ -69,6 +71,8 @@ pub(super) const VOLUME: Builder = Builder {
         "host_path",
         "host_path_type",
         "persistent_volume_claim",
+        "pvc",
+        "claim_name",
         "read_only",
         "projected",
         "downward_api",
@@ -155,13 +159,23 @@ fn container(a: &Args) -> Result<Json> {
     })?;
     c.put("ports", ports);
     let mut resources = a.object("resources")?;
-    // `requests` and `limits` are shortcuts into `resources`, and win over it.
-    for (key, field) in [("requests", "requests"), ("limits", "limits")] {
+    // `requests`, `limits` and `claims` are shortcuts into `resources`, and win over it.
+    for key in ["requests", "limits"] {
         if let Some(v) = a.object(key)? {
             resources
                 .get_or_insert_with(Obj::new)
-                .insert(field.into(), v.into());
+                .insert(key.into(), v.into());
         }
+    }
+    let claims = a.list_of("claims", "a claim name or a dict", |v| match v {
+        Json::String(s) => Some(json!({ "name": s })),
+        Json::Object(_) => Some(camelize(v)),
+        _ => None,
+    })?;
+    if let Some(claims) = claims {
+        resources
+            .get_or_insert_with(Obj::new)
+            .insert("claims".into(), claims.into());
     }
     c.put("resources", resources);
     c.put("volumeMounts", a.objects("volume_mounts")?);
@@ -173,6 +187,7 @@ fn container(a: &Args) -> Result<Json> {
     c.put("securityContext", a.object("security_context")?);
     c.put("lifecycle", a.object("lifecycle")?);
     c.put("restartPolicy", a.str("restart_policy")?);
+    c.put("resizePolicy", a.api_objs("resize_policy")?);
     c.put("stdin", a.bool("stdin")?);
     c.put("tty", a.bool("tty")?);
     c.put(
@@ -264,39 +279,55 @@ fn volume(a: &Args) -> Result<Json> {
         s.put("optional", a.bool("optional")?);
         Ok(s.into())
     };
-    if let Some(name) = a.str("config_map")? {
+    if let Some(name) = a.name_ref("config_map")? {
         sources.push(("config_map", "configMap", projection("name", name)?));
     }
-    if let Some(name) = a.str("secret")? {
+    if let Some(name) = a.name_ref("secret")? {
         sources.push(("secret", "secret", projection("secretName", name)?));
     }
     match a.json("empty_dir") {
         None | Some(Json::Bool(false)) => {}
         Some(Json::Bool(true)) => sources.push(("empty_dir", "emptyDir", json!({}))),
-        Some(d @ Json::Object(_)) => sources.push(("empty_dir", "emptyDir", d.clone())),
+        Some(d @ Json::Object(_)) => sources.push(("empty_dir", "emptyDir", camelize(d))),
         Some(_) => return Err(a.err("empty_dir", "must be True or a dict")),
     }
-    if let Some(path) = a.str("host_path")? {
-        let mut h = Obj::new();
-        h.insert("path".into(), path.into());
-        h.put("type", a.str("host_path_type")?);
-        sources.push(("host_path", "hostPath", h.into()));
+    match a.json("host_path") {
+        None => {}
+        Some(Json::String(path)) => {
+            let mut h = Obj::new();
+            h.insert("path".into(), path.as_str().into());
+            h.put("type", a.str("host_path_type")?);
+            sources.push(("host_path", "hostPath", h.into()));
+        }
+        Some(Json::Object(_)) => {
+            let mut h = a.api_obj("host_path")?.unwrap_or_default();
+            if let (Json::Object(h), Some(t)) = (&mut h, a.str("host_path_type")?) {
+                h.insert("type".into(), t.into());
+            }
+            sources.push(("host_path", "hostPath", h));
+        }
+        Some(_) => return Err(a.err("host_path", "must be a path string or a dict")),
     }
-    if let Some(claim) = a.str("persistent_volume_claim")? {
-        let mut c = Obj::new();
-        c.insert("claimName".into(), claim.into());
-        c.put("readOnly", a.bool("read_only")?);
-        sources.push(("persistent_volume_claim", "persistentVolumeClaim", c.into()));
+    // `pvc` and `claim_name` are upstream's spellings of `persistent_volume_claim`.
+    for key in ["persistent_volume_claim", "pvc", "claim_name"] {
+        if let Some(claim) = a.name_ref(key)? {
+            let mut c = Obj::new();
+            c.insert("claimName".into(), claim.into());
+            c.put("readOnly", a.bool("read_only")?);
+            sources.push((key, "persistentVolumeClaim", c.into()));
+        }
+    }
+    if let Some(e) = ephemeral(a)? {
+        sources.push(("ephemeral", "ephemeral", e));
     }
     for (key, field) in [
         ("projected", "projected"),
         ("downward_api", "downwardAPI"),
         ("csi", "csi"),
         ("nfs", "nfs"),
-        ("ephemeral", "ephemeral"),
     ] {
-        if let Some(d) = a.object(key)? {
-            sources.push((key, field, d.into()));
+        if let Some(d) = a.api_obj(key)? {
+            sources.push((key, field, d));
         }
     }
     let refines = |key: &str, owners: &[&str]| a.has(key) && !owners.iter().any(|o| a.has(o));
@@ -305,8 +336,14 @@ fn volume(a: &Args) -> Result<Json> {
             return Err(a.err(key, "applies only with config_map or secret"));
         }
     }
-    if refines("read_only", &["persistent_volume_claim"]) {
-        return Err(a.err("read_only", "applies only with persistent_volume_claim"));
+    if refines(
+        "read_only",
+        &["persistent_volume_claim", "pvc", "claim_name"],
+    ) {
+        return Err(a.err(
+            "read_only",
+            "applies only with pvc or persistent_volume_claim",
+        ));
     }
     if refines("host_path_type", &["host_path"]) {
         return Err(a.err("host_path_type", "applies only with host_path"));
@@ -322,6 +359,29 @@ fn volume(a: &Args) -> Result<Json> {
     let (_, field, source) = sources.pop().unwrap_or(("", "emptyDir", json!({})));
     v.insert(field.into(), source);
     Ok(v.into())
+}
+
+/// An ephemeral volume source from a persistent_volume_claim() result (its spec becomes
+/// the claim template), a `{"volume_claim_template": ...}` dict, or a bare claim spec.
+fn ephemeral(a: &Args) -> Result<Option<Json>> {
+    let Some(v) = a.object("ephemeral")? else {
+        return Ok(None);
+    };
+    if v.get("kind").and_then(Json::as_str) == Some("PersistentVolumeClaim") {
+        let spec = v.get("spec").cloned().unwrap_or_else(|| json!({}));
+        let mut t = Obj::new();
+        if let Some(labels) = v.get("metadata").and_then(|m| m.get("labels")) {
+            t.insert("metadata".into(), json!({ "labels": labels }));
+        }
+        t.insert("spec".into(), spec);
+        return Ok(Some(json!({ "volumeClaimTemplate": t })));
+    }
+    let v = camelize(&Json::Object(v));
+    if v.get("volumeClaimTemplate").is_some() {
+        Ok(Some(v))
+    } else {
+        Ok(Some(json!({ "volumeClaimTemplate": { "spec": v } })))
+    }
 }
 
 fn volume_mount(a: &Args) -> Result<Json> {

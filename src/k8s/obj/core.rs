@@ -27,6 +27,7 @@ pub(super) const SERVICE: Builder = Builder {
         "load_balancer_source_ranges",
         "publish_not_ready_addresses",
         "ip_family_policy",
+        "traffic_distribution",
     ],
     positional: Some("name"),
     build: service,
@@ -134,6 +135,7 @@ fn service(a: &Args) -> Result<Json> {
         a.bool("publish_not_ready_addresses")?,
     );
     s.put("ipFamilyPolicy", a.str("ip_family_policy")?);
+    s.put("trafficDistribution", a.str("traffic_distribution")?);
     let mut m = manifest("v1", "Service", a.metadata(None)?);
     m.insert("spec".into(), s.into());
     Ok(m.into())

@@ -6,14 +6,24 @@
 //! ones, so a typo never silently drops a field; `None` means "not given". Inputs may be
 //! dicts, AttrDicts, lists or other builders' results.
 
+mod admission;
 mod args;
+mod container_parts;
 mod containers;
 mod core;
 mod crd;
+mod dra;
 mod extra;
+mod gateway;
+mod policy;
 mod rbac;
+mod storage;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_builders;
+#[cfg(test)]
+pub(crate) mod tests_keywords;
 mod workloads;
 
 use std::sync::OnceLock;
@@ -40,6 +50,10 @@ const ALL: &[&Builder] = &[
     &containers::ENV_VAR,
     &containers::VOLUME,
     &containers::VOLUME_MOUNT,
+    &container_parts::ENV_FROM,
+    &container_parts::RESOURCE_REQUIREMENTS,
+    &container_parts::PROBE,
+    &container_parts::SECURITY_CONTEXT,
     &core::SERVICE,
     &core::SERVICE_PORT,
     &core::CONFIG_MAP,
@@ -51,9 +65,30 @@ const ALL: &[&Builder] = &[
     &rbac::POLICY_RULE,
     &rbac::ROLE_BINDING,
     &rbac::CLUSTER_ROLE_BINDING,
+    &rbac::SUBJECT,
     &extra::INGRESS,
     &extra::LEASE,
     &crd::CRD,
+    &policy::POD_DISRUPTION_BUDGET,
+    &policy::PDB,
+    &storage::PERSISTENT_VOLUME,
+    &storage::PERSISTENT_VOLUME_CLAIM,
+    &storage::STORAGE_CLASS,
+    &dra::DEVICE_CLASS,
+    &dra::RESOURCE_CLAIM,
+    &dra::RESOURCE_CLAIM_TEMPLATE,
+    &dra::RESOURCE_SLICE,
+    &gateway::GATEWAY_CLASS,
+    &gateway::GATEWAY_BUILDER,
+    &gateway::HTTP_ROUTE,
+    &gateway::GRPC_ROUTE,
+    &gateway::REFERENCE_GRANT,
+    &admission::VALIDATING_ADMISSION_POLICY,
+    &admission::VAP,
+    &admission::VALIDATING_ADMISSION_POLICY_BINDING,
+    &admission::MUTATING_ADMISSION_POLICY,
+    &admission::MAP,
+    &admission::MUTATING_ADMISSION_POLICY_BINDING,
 ];
 
 /// Each builder's name, the keyword its one positional argument stands for, and its
@@ -136,6 +171,14 @@ builtins! {
     volume => containers::VOLUME;
     /// A volume mount for `container(volume_mounts = [...])`.
     volume_mount => containers::VOLUME_MOUNT;
+    /// An envFrom source for `container(env_from = [...])`: a ConfigMap or a Secret.
+    env_from => container_parts::ENV_FROM;
+    /// Requests, limits and claims for `container(resources = ...)`.
+    resource_requirements => container_parts::RESOURCE_REQUIREMENTS;
+    /// A liveness, readiness or startup probe for a container.
+    probe => container_parts::PROBE;
+    /// A pod or container security context.
+    security_context => container_parts::SECURITY_CONTEXT;
     /// A v1 Service; `selector` defaults to `{"app": name}`.
     service => core::SERVICE;
     /// A service port for `service(ports = [...])`.
@@ -156,12 +199,54 @@ builtins! {
     policy_rule => rbac::POLICY_RULE;
     /// An RBAC RoleBinding of `role` (a Role, or a ClusterRole with `role_kind`).
     role_binding => rbac::ROLE_BINDING;
-    /// An RBAC ClusterRoleBinding of the ClusterRole `role`.
+    /// An RBAC ClusterRoleBinding of the ClusterRole `role` (or `role_ref`).
     cluster_role_binding => rbac::CLUSTER_ROLE_BINDING;
+    /// A binding subject: a ServiceAccount (the default kind), User or Group.
+    subject => rbac::SUBJECT;
     /// A networking.k8s.io/v1 Ingress.
     ingress => extra::INGRESS;
     /// A coordination.k8s.io/v1 Lease.
     lease => extra::LEASE;
     /// An apiextensions.k8s.io/v1 CustomResourceDefinition named `<plural>.<group>`.
     crd => crd::CRD;
+    /// A policy/v1 PodDisruptionBudget.
+    pod_disruption_budget => policy::POD_DISRUPTION_BUDGET;
+    /// Alias of `pod_disruption_budget`.
+    pdb => policy::PDB;
+    /// A v1 PersistentVolume (cluster-scoped).
+    persistent_volume => storage::PERSISTENT_VOLUME;
+    /// A v1 PersistentVolumeClaim; `storage` is the requested size.
+    persistent_volume_claim => storage::PERSISTENT_VOLUME_CLAIM;
+    /// A storage.k8s.io/v1 StorageClass.
+    storage_class => storage::STORAGE_CLASS;
+    /// A resource.k8s.io/v1 DeviceClass.
+    device_class => dra::DEVICE_CLASS;
+    /// A resource.k8s.io/v1 ResourceClaim.
+    resource_claim => dra::RESOURCE_CLAIM;
+    /// A resource.k8s.io/v1 ResourceClaimTemplate.
+    resource_claim_template => dra::RESOURCE_CLAIM_TEMPLATE;
+    /// A resource.k8s.io/v1 ResourceSlice.
+    resource_slice => dra::RESOURCE_SLICE;
+    /// A gateway.networking.k8s.io/v1 GatewayClass.
+    gateway_class => gateway::GATEWAY_CLASS;
+    /// A gateway.networking.k8s.io/v1 Gateway.
+    gateway => gateway::GATEWAY_BUILDER;
+    /// A gateway.networking.k8s.io/v1 HTTPRoute.
+    http_route => gateway::HTTP_ROUTE;
+    /// A gateway.networking.k8s.io/v1 GRPCRoute.
+    grpc_route => gateway::GRPC_ROUTE;
+    /// A gateway.networking.k8s.io/v1 ReferenceGrant.
+    reference_grant => gateway::REFERENCE_GRANT;
+    /// An admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy.
+    validating_admission_policy => admission::VALIDATING_ADMISSION_POLICY;
+    /// Alias of `validating_admission_policy`.
+    vap => admission::VAP;
+    /// An admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding.
+    validating_admission_policy_binding => admission::VALIDATING_ADMISSION_POLICY_BINDING;
+    /// An admissionregistration.k8s.io/v1alpha1 MutatingAdmissionPolicy.
+    mutating_admission_policy => admission::MUTATING_ADMISSION_POLICY;
+    /// Alias of `mutating_admission_policy`.
+    map => admission::MAP;
+    /// An admissionregistration.k8s.io/v1alpha1 MutatingAdmissionPolicyBinding.
+    mutating_admission_policy_binding => admission::MUTATING_ADMISSION_POLICY_BINDING;
 }

@@ -1,9 +1,10 @@
-//! RBAC builders: role, cluster_role, policy_rule, role_binding and cluster_role_binding.
+//! RBAC builders: role, cluster_role, policy_rule, role_binding, cluster_role_binding
+//! and subject.
 
 use anyhow::Result;
 use serde_json::{Value as Json, json};
 
-use super::args::{Args, Builder, Obj, Put, manifest};
+use super::args::{Args, Builder, Obj, Put, camelize, manifest, object_name};
 
 const RBAC: &str = "rbac.authorization.k8s.io/v1";
 
@@ -43,6 +44,7 @@ pub(super) const ROLE_BINDING: Builder = Builder {
         "annotations",
         "role",
         "role_kind",
+        "role_ref",
         "subjects",
     ],
     positional: Some("name"),
@@ -51,9 +53,23 @@ pub(super) const ROLE_BINDING: Builder = Builder {
 
 pub(super) const CLUSTER_ROLE_BINDING: Builder = Builder {
     name: "cluster_role_binding",
-    keywords: &["name", "labels", "annotations", "role", "subjects"],
+    keywords: &[
+        "name",
+        "labels",
+        "annotations",
+        "role",
+        "role_ref",
+        "subjects",
+    ],
     positional: Some("name"),
     build: cluster_role_binding,
+};
+
+pub(super) const SUBJECT: Builder = Builder {
+    name: "subject",
+    keywords: &["name", "kind", "namespace", "api_group"],
+    positional: Some("name"),
+    build: subject,
 };
 
 fn role(a: &Args) -> Result<Json> {
@@ -93,9 +109,49 @@ fn policy_rule(a: &Args) -> Result<Json> {
     Ok(r.into())
 }
 
+/// A binding subject; `kind` defaults to "ServiceAccount", and User and Group subjects
+/// get the RBAC API group.
+fn subject(a: &Args) -> Result<Json> {
+    let kind = a.str("kind")?.unwrap_or_else(|| "ServiceAccount".into());
+    if !matches!(kind.as_str(), "ServiceAccount" | "User" | "Group") {
+        return Err(a.err("kind", "must be \"ServiceAccount\", \"User\" or \"Group\""));
+    }
+    let mut s = Obj::new();
+    s.insert("kind".into(), kind.as_str().into());
+    s.insert("name".into(), a.req_str("name")?.into());
+    let group = a.str("api_group")?;
+    let group = group.or_else(|| (kind != "ServiceAccount").then(|| RBAC_GROUP.to_owned()));
+    s.put("apiGroup", group);
+    if kind == "ServiceAccount" {
+        s.put("namespace", a.str("namespace")?);
+    } else if a.has("namespace") {
+        return Err(a.err("namespace", "applies only to a ServiceAccount subject"));
+    }
+    Ok(s.into())
+}
+
+/// A subject from a subject dict (keys in either case) or a service_account() result.
+fn to_subject(v: &Json) -> Option<Json> {
+    if v.get("kind").and_then(Json::as_str) == Some("ServiceAccount") && v.get("metadata").is_some()
+    {
+        let mut s = Obj::new();
+        s.insert("kind".into(), "ServiceAccount".into());
+        s.insert("name".into(), object_name(v)?.into());
+        let ns = v["metadata"].get("namespace").cloned();
+        s.put("namespace", ns);
+        return Some(s.into());
+    }
+    v.is_object().then(|| camelize(v))
+}
+
 /// The subjects, with a ServiceAccount subject's namespace defaulting to `namespace`.
 fn subjects(a: &Args, namespace: Option<&str>) -> Result<Option<Vec<Json>>> {
-    let Some(mut subjects) = a.objects("subjects")? else {
+    let subjects = a.list_of(
+        "subjects",
+        "a subject() dict or a service_account() result",
+        to_subject,
+    )?;
+    let Some(mut subjects) = subjects else {
         return Ok(None);
     };
     for s in &mut subjects {
@@ -109,12 +165,45 @@ fn subjects(a: &Args, namespace: Option<&str>) -> Result<Option<Vec<Json>>> {
     Ok(Some(subjects))
 }
 
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The roleRef from `role` (a name, with `role_kind`) or `role_ref`: a role name, a
+/// `{"kind", "name", "api_group"}` dict, or a role()/cluster_role() result.
+fn role_ref(a: &Args, role_kind: &str) -> Result<Json> {
+    let named =
+        |name: &str, kind: &str| json!({ "apiGroup": RBAC_GROUP, "kind": kind, "name": name });
+    match (a.str("role")?, a.json("role_ref")) {
+        (Some(_), Some(_)) => Err(a.fail("give role or role_ref, not both")),
+        (Some(role), None) => Ok(named(&role, role_kind)),
+        (None, None) => Err(a.fail("missing required argument \"role\" (or \"role_ref\")")),
+        (None, Some(Json::String(role))) => Ok(named(role, role_kind)),
+        (None, Some(v @ Json::Object(m))) => {
+            let kind = m.get("kind").and_then(Json::as_str);
+            if let (Some(kind @ ("Role" | "ClusterRole")), Some(name)) = (kind, object_name(v)) {
+                return Ok(named(name, kind));
+            }
+            let mut r = match camelize(v) {
+                Json::Object(r) => r,
+                _ => Obj::new(),
+            };
+            if !r.get("name").is_some_and(Json::is_string) {
+                return Err(a.err("role_ref", "needs a string \"name\""));
+            }
+            r.entry("kind").or_insert_with(|| role_kind.into());
+            r.entry("apiGroup").or_insert_with(|| RBAC_GROUP.into());
+            Ok(r.into())
+        }
+        (None, Some(_)) => Err(a.err(
+            "role_ref",
+            "must be a role name, a dict or a role()/cluster_role() result",
+        )),
+    }
+}
+
 fn binding(a: &Args, kind: &str, role_kind: &str, namespace: Option<&str>) -> Result<Json> {
-    let role = a.req_str("role")?;
+    let role_ref = role_ref(a, role_kind)?;
     let mut m = manifest(RBAC, kind, a.metadata(None)?);
     m.put("subjects", subjects(a, namespace)?);
-    let role_ref =
-        json!({ "apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role });
     m.insert("roleRef".into(), role_ref);
     Ok(m.into())
 }

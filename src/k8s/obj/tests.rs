@@ -20,7 +20,7 @@ fn globals() -> &'static Globals {
 }
 
 /// Evaluates `code` with `obj` in scope and returns its last expression as JSON.
-fn eval(code: &str) -> Result<Json, String> {
+pub(super) fn eval(code: &str) -> Result<Json, String> {
     let ast = AstModule::parse("test.star", code.to_owned(), &Dialect::Extended)
         .map_err(|e| e.to_string())?;
     Module::with_temp_heap(|module| {
@@ -32,11 +32,11 @@ fn eval(code: &str) -> Result<Json, String> {
     })
 }
 
-fn ok(code: &str) -> Json {
+pub(super) fn ok(code: &str) -> Json {
     eval(code).unwrap_or_else(|e| panic!("{code}\nfailed: {e}"))
 }
 
-fn err(code: &str) -> String {
+pub(super) fn err(code: &str) -> String {
     match eval(code) {
         Ok(v) => panic!("{code}\nsucceeded with {v}"),
         Err(e) => e,
@@ -268,7 +268,7 @@ obj.crd(group = "example.com", version = "v1", kind = "Widget", plural = "widget
 }
 
 /// The smallest valid call of each builder, as keyword-argument source.
-fn base_args(builder: &str) -> &'static str {
+pub(super) fn base_args(builder: &str) -> &'static str {
     const CONTAINERS: &str = r#"name = "a", containers = [{"name": "c", "image": "i"}]"#;
     match builder {
         "deployment" | "stateful_set" | "daemon_set" | "job" | "pod" => CONTAINERS,
@@ -282,12 +282,29 @@ fn base_args(builder: &str) -> &'static str {
         "policy_rule" => r#"verbs = ["get"]"#,
         "role_binding" | "cluster_role_binding" => r#"name = "b", role = "r""#,
         "crd" => r#"group = "g.io", version = "v1", kind = "K", plural = "ks""#,
+        "env_from" => r#"config_map_ref = "cm""#,
+        "resource_requirements" | "probe" | "security_context" => "",
+        "persistent_volume" | "persistent_volume_claim" => r#"name = "x", storage = "1Gi""#,
+        "storage_class" => r#"name = "x", provisioner = "p""#,
+        "resource_claim" => r#"name = "x", device_class = "gpu""#,
+        "resource_claim_template" => r#"name = "x", spec = {"devices": {"requests": []}}"#,
+        "resource_slice" => r#"name = "x", driver = "d""#,
+        "gateway_class" => r#"name = "x", controller_name = "c""#,
+        "gateway" => {
+            r#"name = "x", gateway_class = "gc", listeners = [{"name": "h", "port": 80, "protocol": "HTTP"}]"#
+        }
+        "reference_grant" => {
+            r#"name = "x", from_refs = [{"group": "", "kind": "K", "namespace": "n"}], to_refs = [{"group": "", "kind": "Service"}]"#
+        }
+        "validating_admission_policy_binding" | "mutating_admission_policy_binding" => {
+            r#"name = "x", policy_name = "p""#
+        }
         _ => r#"name = "x""#,
     }
 }
 
 /// `base` with `key = value` set, replacing `base`'s own `key`.
-fn call(builder: &str, base: &str, key: &str, value: &str) -> String {
+pub(super) fn call(builder: &str, base: &str, key: &str, value: &str) -> String {
     let mut parts: Vec<String> = split_args(base)
         .into_iter()
         .filter(|p| p.split('=').next().map(str::trim) != Some(key))
@@ -358,7 +375,7 @@ fn base_calls_succeed() {
         let code = format!("obj.{}({})", b.name, base_args(b.name));
         let v = ok(&code);
         assert!(v.is_object(), "{code}: {v}");
-        let e = err(&format!("obj.{}({}, bogus = 1)", b.name, base_args(b.name)));
+        let e = err(&call(b.name, base_args(b.name), "bogus", "1"));
         assert!(e.contains("accepted: "), "{e}");
     }
 }
@@ -400,6 +417,44 @@ fn random_combinations_never_panic() {
     }
 }
 
+/// The base call for trying `key`: [`base_args`] without the arguments `key` excludes,
+/// plus the ones it needs (see [`companions`]).
+pub(super) fn base_with(builder: &str, key: &str) -> String {
+    let base = match (builder, key) {
+        ("role_binding" | "cluster_role_binding", "role_ref") => r#"name = "b""#,
+        ("cron_job", "job_template") => r#"name = "a", schedule = "* * * * *""#,
+        ("env_from", "secret_ref") => "",
+        _ => base_args(builder),
+    };
+    [base, companions(builder, key)]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Values to try for a keyword: one of them fits each keyword some builder accepts.
+pub(super) const CANDIDATES: &[&str] = &[
+    "\"x\"",
+    "3",
+    "True",
+    "{\"a\": \"b\"}",
+    "[\"x\"]",
+    "[{\"name\": \"n\"}]",
+    "\"Cluster\"",
+    "\"ClusterRole\"",
+    "\"eA==\"",
+    "{\"f\": \"string\"}",
+    "{\"k\": \"eA==\"}",
+    "[3]",
+    "\"All\"",
+    "\"Ignore\"",
+    "\"AlwaysAllow\"",
+    "\"User\"",
+    "{\"metadata\": {\"labels\": {\"t\": \"x\"}}, \"spec\": {}}",
+];
+
 /// Arguments some keywords need alongside them to be accepted.
 fn companions(builder: &str, key: &str) -> &'static str {
     match (builder, key) {
@@ -420,27 +475,9 @@ fn companions(builder: &str, key: &str) -> &'static str {
 
 #[test]
 fn every_keyword_reaches_the_manifest() {
-    const CANDIDATES: &[&str] = &[
-        "\"x\"",
-        "3",
-        "True",
-        "{\"a\": \"b\"}",
-        "[\"x\"]",
-        "[{\"name\": \"n\"}]",
-        "\"Cluster\"",
-        "\"ClusterRole\"",
-        "\"eA==\"",
-        "{\"f\": \"string\"}",
-        "{\"k\": \"eA==\"}",
-    ];
     for b in ALL {
         for key in b.keywords {
-            let base = [base_args(b.name), companions(b.name, key)]
-                .iter()
-                .filter(|s| !s.is_empty())
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ");
+            let base = base_with(b.name, key);
             let before = eval(&format!("obj.{}({base})", b.name)).ok();
             let reached = CANDIDATES.iter().any(|value| {
                 let after = eval(&call(b.name, &base, key, value)).ok();

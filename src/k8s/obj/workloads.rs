@@ -8,7 +8,7 @@
 use anyhow::Result;
 use serde_json::{Value as Json, json};
 
-use super::args::{Args, Builder, Obj, Put, manifest};
+use super::args::{Args, Builder, Obj, Put, camelize, manifest, object_name};
 
 /// The pod-spec keywords every workload builder accepts after its own.
 macro_rules! keywords {
@@ -20,7 +20,7 @@ macro_rules! keywords {
             "node_name", "restart_policy", "tolerations", "affinity",
             "topology_spread_constraints", "image_pull_secrets", "security_context",
             "host_network", "dns_policy", "hostname", "subdomain", "priority_class_name",
-            "termination_grace_period_seconds",
+            "termination_grace_period_seconds", "resource_claims", "host_users",
         ]
     };
 }
@@ -39,6 +39,7 @@ pub(super) const DEPLOYMENT: Builder = Builder {
         "revision_history_limit",
         "progress_deadline_seconds",
         "paused",
+        "template",
         "pod_labels",
         "pod_annotations",
     ),
@@ -126,6 +127,7 @@ pub(super) const CRON_JOB: Builder = Builder {
         "parallelism",
         "active_deadline_seconds",
         "ttl_seconds_after_finished",
+        "job_template",
         "pod_labels",
         "pod_annotations",
     ),
@@ -150,14 +152,18 @@ fn strategy(a: &Args, key: &str) -> Result<Option<Json>> {
     }
 }
 
-/// The pod spec from the shared pod keywords.
-fn pod_spec(a: &Args, default_restart: Option<&str>) -> Result<Obj> {
+/// The pod spec from the shared pod keywords; `containers` is required unless a
+/// template supplies them.
+fn pod_spec(a: &Args, default_restart: Option<&str>, need_containers: bool) -> Result<Obj> {
     let mut s = Obj::new();
-    let containers = a.req("containers", a.objects("containers"))?;
-    if containers.is_empty() {
-        return Err(a.err("containers", "must not be empty"));
+    match a.objects("containers")? {
+        Some(c) if c.is_empty() => return Err(a.err("containers", "must not be empty")),
+        Some(c) => s.put("containers", Some(c)),
+        None if need_containers => {
+            return Err(a.fail("missing required argument \"containers\""));
+        }
+        None => {}
     }
-    s.insert("containers".into(), containers.into());
     s.put("initContainers", a.objects("init_containers")?);
     s.put("volumes", a.objects("volumes")?);
     s.put("serviceAccountName", a.str("service_account_name")?);
@@ -189,7 +195,50 @@ fn pod_spec(a: &Args, default_restart: Option<&str>) -> Result<Obj> {
         "terminationGracePeriodSeconds",
         a.int("termination_grace_period_seconds")?,
     );
+    s.put("resourceClaims", resource_claims(a)?);
+    s.put("hostUsers", a.bool("host_users")?);
     Ok(s)
+}
+
+/// `resource_claims`: names, `{"name", "claim_name" | "template_name"}` dicts, or
+/// resource_claim()/resource_claim_template() results, as pod-level claim entries.
+fn resource_claims(a: &Args) -> Result<Option<Vec<Json>>> {
+    a.list_of(
+        "resource_claims",
+        "a claim name, a dict or a resource_claim() result",
+        |v| match v {
+            Json::String(s) => Some(json!({ "name": s, "resourceClaimName": s })),
+            Json::Object(m) => {
+                let field = match m.get("kind").and_then(Json::as_str) {
+                    Some("ResourceClaim") => "resourceClaimName",
+                    Some("ResourceClaimTemplate") => "resourceClaimTemplateName",
+                    Some(_) => return None,
+                    None => return Some(claim_entry(v)),
+                };
+                let name = object_name(v)?;
+                Some(json!({ "name": name, field: name }))
+            }
+            _ => None,
+        },
+    )
+}
+
+/// A claim entry dict, with upstream's short `claim_name`/`template_name` spelled out.
+fn claim_entry(v: &Json) -> Json {
+    let mut m = match camelize(v) {
+        Json::Object(m) => m,
+        other => return other,
+    };
+    for (short, full) in [
+        ("claimName", "resourceClaimName"),
+        ("templateName", "resourceClaimTemplateName"),
+        ("claimTemplateName", "resourceClaimTemplateName"),
+    ] {
+        if let Some(x) = m.remove(short) {
+            m.insert(full.into(), x);
+        }
+    }
+    m.into()
 }
 
 /// The object's labels, its pods' labels and its selector.
@@ -214,12 +263,35 @@ fn labels(a: &Args) -> Result<Labels> {
     })
 }
 
-/// A pod template from the pod keywords and the pods' labels.
+/// A pod template from the pod keywords and the pods' labels, over `template` (a pod
+/// template dict or a pod() result) when given; the keywords win over the template.
 fn template(a: &Args, pod_labels: Obj, default_restart: Option<&str>) -> Result<Json> {
+    let base = a.object("template")?;
+    let field = |m: &Option<Obj>, path: [&str; 2]| -> Result<Obj> {
+        match m.as_ref().and_then(|m| m.get(path[0])?.get(path[1])) {
+            None => Ok(Obj::new()),
+            Some(Json::Object(o)) => Ok(o.clone()),
+            Some(_) => Err(a.err(
+                "template",
+                &format!("{}.{} must be a dict", path[0], path[1]),
+            )),
+        }
+    };
     let mut meta = Obj::new();
-    meta.insert("labels".into(), pod_labels.into());
-    meta.put("annotations", a.str_map("pod_annotations")?);
-    Ok(json!({ "metadata": meta, "spec": pod_spec(a, default_restart)? }))
+    let mut labels = field(&base, ["metadata", "labels"])?;
+    labels.extend(pod_labels);
+    meta.insert("labels".into(), labels.into());
+    let mut annotations = field(&base, ["metadata", "annotations"])?;
+    annotations.extend(a.str_map("pod_annotations")?.unwrap_or_default());
+    meta.put("annotations", Some(annotations).filter(|m| !m.is_empty()));
+    let mut spec = match base.as_ref().map(|m| m.get("spec")) {
+        None => Obj::new(),
+        Some(Some(Json::Object(s))) => s.clone(),
+        Some(_) => return Err(a.err("template", "must have a spec dict")),
+    };
+    let need_containers = !spec.contains_key("containers");
+    spec.extend(pod_spec(a, default_restart, need_containers)?);
+    Ok(json!({ "metadata": meta, "spec": spec }))
 }
 
 /// A workload manifest whose spec has a selector and a pod template; `spec` holds the
@@ -315,16 +387,49 @@ fn cron_job(a: &Args) -> Result<Json> {
         "failedJobsHistoryLimit",
         a.int("failed_jobs_history_limit")?,
     );
-    let job = json!({ "metadata": { "labels": l.object }, "spec": job_spec(a, l.pods)? });
+    let job = match a.object("job_template")? {
+        Some(t) => {
+            if a.has("containers") {
+                return Err(a.fail("give containers or job_template, not both"));
+            }
+            job_template(a, t)?
+        }
+        None => json!({ "metadata": { "labels": l.object }, "spec": job_spec(a, l.pods)? }),
+    };
     s.insert("jobTemplate".into(), job);
     let mut m = manifest("batch/v1", "CronJob", a.metadata(Some(l.object))?);
     m.insert("spec".into(), s.into());
     Ok(m.into())
 }
 
+/// `job_template` as a CronJob's jobTemplate: a job() result keeps its metadata and
+/// spec; a dict with `spec` is taken as is, and any other dict is the job spec.
+fn job_template(a: &Args, t: Obj) -> Result<Json> {
+    if t.get("kind").and_then(Json::as_str) == Some("Job") {
+        let mut out = Obj::new();
+        if let Some(Json::Object(meta)) = t.get("metadata") {
+            let mut m = Obj::new();
+            m.put("labels", meta.get("labels").cloned());
+            m.put("annotations", meta.get("annotations").cloned());
+            out.insert("metadata".into(), m.into());
+        }
+        let spec = t
+            .get("spec")
+            .cloned()
+            .ok_or_else(|| a.err("job_template", "the Job has no spec"))?;
+        out.insert("spec".into(), spec);
+        return Ok(out.into());
+    }
+    if t.contains_key("spec") {
+        Ok(t.into())
+    } else {
+        Ok(json!({ "spec": t }))
+    }
+}
+
 fn pod(a: &Args) -> Result<Json> {
     let labels = a.labels_or_app(&a.req_str("name")?)?;
     let mut m = manifest("v1", "Pod", a.metadata(Some(labels))?);
-    m.insert("spec".into(), pod_spec(a, None)?.into());
+    m.insert("spec".into(), pod_spec(a, None, true)?.into());
     Ok(m.into())
 }

@@ -71,6 +71,12 @@ impl<'a> Analyzer<'a> {
             return;
         };
         let module = frame.module;
+        if self.pod_io(frame, expr, &args, &method, client_ns.as_deref(), &name) {
+            return;
+        }
+        if self.workload_call(frame, expr, &args, &method, client_ns.as_deref(), &name) {
+            return;
+        }
         if let Some(verbs) = kind_verbs(&method) {
             let kind_expr = args.arg(0, "kind");
             let Some((r, kind)) = self.kind(module, kind_expr, expr, &name) else {

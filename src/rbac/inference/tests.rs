@@ -310,3 +310,125 @@ fn health_port_zero_gives_no_probes() {
     assert_eq!(c.health_port, None);
     assert!(inf.warnings.is_empty(), "{:?}", inf.warnings);
 }
+
+#[test]
+fn workload_calls_need_their_kind_and_subresources() {
+    let inf = infer_one(
+        "def main():\n  k8s.scale('deploy', 'web', 3, namespace='team')\n  k8s.rollout('deploy', 'web', 'undo', namespace='team')\n  k8s.set_image('sts', 'db', 'c', 'img:2', namespace='team')\n  k8s.expose('deploy', 'web', 80, namespace='team')\n  k8s.autoscale('deploy', 'web', namespace='team')\n  k8s.describe('pod', 'p', namespace='team')\n  k8s.deploy('api', 'img', port=8080, namespace='team')\n  k8s.run('once', 'busybox', rm=True, namespace='team')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace team /events: list",
+            "namespace team /pods: create,delete,get",
+            "namespace team /pods/log: get",
+            "namespace team /services: create,patch",
+            "namespace team apps/deployments: create,get,patch",
+            "namespace team apps/deployments/scale: patch",
+            "namespace team apps/replicasets: list",
+            "namespace team apps/statefulsets: get,patch",
+            "namespace team autoscaling/horizontalpodautoscalers: create",
+        ]
+    );
+    assert!(inf.warnings.is_empty(), "{:?}", inf.warnings);
+}
+
+#[test]
+fn rollout_status_only_reads() {
+    let inf = infer_one(
+        "k8s.rollout('deploy', 'web', namespace='a')\nk8s.rollout('ds', 'x', action='restart', namespace='a')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "namespace a apps/daemonsets: patch",
+            "namespace a apps/deployments: get",
+        ]
+    );
+}
+
+#[test]
+fn node_and_metrics_calls() {
+    let inf = infer_one(
+        "k8s.cordon('n')\nk8s.taint('n', 'k', effect='NoSchedule')\nk8s.drain('n', ignore_daemonsets=True)\nk8s.top_nodes()\nk8s.top_pods(namespace='team', sort_by='cpu')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster /nodes: get,list,patch",
+            "cluster /pods: get,list",
+            "cluster /pods/eviction: create",
+            "cluster metrics.k8s.io/nodes: list",
+            "namespace team metrics.k8s.io/pods: list",
+        ]
+    );
+}
+
+#[test]
+fn pod_io_calls_get_the_pod_and_their_subresource() {
+    let inf = infer_one(
+        "def main():\n  k8s.logs('web-1', namespace='team')\n  k8s.logs_follow('web-1', print, namespace='team')\n  k8s.exec('web-1', 'ls')\n  k8s.cp('web-1', 'web-1:/etc/x', './x', namespace='team')\n  k8s.port_forward('web-1', 80, namespace='team')\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "own namespace /pods: get",
+            "own namespace /pods/exec: create,get",
+            "namespace team /pods: get",
+            "namespace team /pods/exec: create,get",
+            "namespace team /pods/log: get",
+            "namespace team /pods/portforward: create,get",
+        ]
+    );
+    assert!(inf.warnings.is_empty(), "{:?}", inf.warnings);
+}
+
+#[test]
+fn every_builder_kind_is_in_the_builtin_catalog() {
+    let catalog = Catalog::builtin();
+    let names: Vec<&str> = crate::k8s::obj::signatures().map(|(n, ..)| n).collect();
+    for (builder, api_version, kind) in BUILDERS {
+        assert!(
+            names.contains(builder),
+            "k8s.obj.{builder} is not a builder"
+        );
+        assert!(
+            catalog.resolve_gvk(api_version, kind).is_ok(),
+            "{api_version} {kind} of k8s.obj.{builder} is not in the catalog"
+        );
+    }
+}
+
+#[test]
+fn new_builders_name_their_kinds() {
+    let inf = infer_one(
+        "def main():\n  k8s.apply(k8s.obj.pdb(name='p', namespace='x', min_available=1))\n  k8s.apply(k8s.obj.storage_class(name='s', provisioner='p'))\n  k8s.apply(k8s.obj.resource_claim(name='c', namespace='x', device_class='g'))\n  k8s.apply(k8s.obj.http_route(name='r', namespace='x'))\n  k8s.apply(k8s.obj.vap(name='v'))\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster admissionregistration.k8s.io/validatingadmissionpolicies: create,patch",
+            "cluster storage.k8s.io/storageclasses: create,patch",
+            "namespace x gateway.networking.k8s.io/httproutes: create,patch",
+            "namespace x policy/poddisruptionbudgets: create,patch",
+            "namespace x resource.k8s.io/resourceclaims: create,patch",
+        ]
+    );
+}
+
+#[test]
+fn webhook_facts_come_from_the_call_and_the_controller() {
+    let inf = infer_one(
+        "def v(o):\n    return True\n\ndef r(o):\n    pass\n\nk8s.webhook('/check', validate = v, port = 8443, failure_policy = 'Ignore', timeout = '2500ms', tls_cert = '/c/t.crt', tls_key = '/c/t.key')\nk8s.control('deployments', reconcile = r)\n",
+    );
+    let facts = inf.webhook.expect("webhook facts");
+    assert_eq!(facts.path.as_deref(), Some("/check"));
+    assert_eq!(facts.port, 8443);
+    assert!(facts.validates && !facts.mutates && facts.tls_files);
+    assert_eq!(facts.failure_policy, "Ignore");
+    assert_eq!(facts.timeout_seconds, 3);
+    assert_eq!(
+        facts.watched,
+        Some(("apps".to_owned(), "deployments".to_owned()))
+    );
+}

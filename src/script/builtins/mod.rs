@@ -2,11 +2,17 @@
 
 pub mod base64;
 pub mod fmt;
+pub mod fs;
 pub mod hash;
+pub mod http;
 pub mod json;
 pub mod log;
+pub mod os;
 pub mod regexp;
+pub mod retry;
 pub mod strings;
+pub mod template;
+pub mod time;
 pub mod unprovided;
 pub mod uuid;
 pub mod vars;
@@ -30,7 +36,9 @@ pub(crate) mod testing {
     }
 
     fn run(vars: Vars, permissions: Permissions, code: &str) -> Result<String, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
+        // Multi-threaded: a handle drives timers (time.sleep, retry) only on one.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
@@ -53,5 +61,10 @@ pub(crate) mod testing {
     /// Runs `code` with every permission (`--allow-all`).
     pub fn eval_allowing(code: &str) -> Result<String, String> {
         run(Vars::default(), Permissions::all(), code)
+    }
+
+    /// Runs `code` with exactly `permissions`.
+    pub fn eval_permitted(permissions: Permissions, code: &str) -> Result<String, String> {
+        run(Vars::default(), permissions, code)
     }
 }

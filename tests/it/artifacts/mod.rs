@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::support::{self, *};
 
 mod deployed;
+mod webhook;
 
 use deployed::Deployed;
 

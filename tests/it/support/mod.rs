@@ -5,6 +5,7 @@
 //! test ends, passed or failed. Tests may run in parallel.
 #![allow(dead_code, unused_imports)] // the `apiserver` binary uses only a part of this module
 
+pub mod certs;
 pub mod etcd;
 pub mod exclusive;
 
