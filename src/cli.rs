@@ -263,7 +263,8 @@ pub struct RunArgs {
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,
-    /// The address the health server (health_port) binds; 0.0.0.0 inside a pod.
+    /// The address the health server (health_port) and k8s.webhook bind; 0.0.0.0
+    /// inside a pod.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     pub health_bind: std::net::IpAddr,
     #[command(flatten)]

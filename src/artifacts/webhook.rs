@@ -241,6 +241,9 @@ fn deployment(
         "run".to_owned(),
         format!("{SCRIPT_DIR}/{script}"),
         "--allow-net".to_owned(),
+        // The API server reaches the webhook through the Service, not loopback.
+        "--health-bind".to_owned(),
+        "0.0.0.0".to_owned(),
     ];
     if inference.control.is_some() || !inference.rules.is_empty() {
         args.push("--allow-k8s".to_owned());

@@ -147,8 +147,7 @@ async fn pod_io_reports_the_api_servers_answer_per_pod_and_call() {
     );
     expect(&stdout, "follow-nohandler", &["handler is required"]);
     expect(&stdout, "client-logs", &[&format!("{n}/one[one]")]);
-    // Deadlines fire, and copying to or from local files needs --allow-fs too.
-    expect(&stdout, "exec-timeout", &["k8s.exec: timed out after 1ms"]);
+    // Copying to or from local files needs --allow-fs too.
     expect(
         &stdout,
         "cp-down",
@@ -168,6 +167,42 @@ async fn pod_io_reports_the_api_servers_answer_per_pod_and_call() {
         &[&format!("k8s.cp: exec in {n}/one[one]"), refused],
     );
     assert!(!std::path::Path::new("/tmp/kite-cp-never").exists());
+}
+
+/// A kubelet that accepts and never answers: the call's own deadline ends the wait
+/// (a refused dial answers too fast to test a deadline with).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_kubelet_is_cut_off_at_the_calls_deadline() {
+    let _port = KUBELET_PORT.lock().await;
+    let listener = tokio::net::TcpListener::bind(KUBELET)
+        .await
+        .expect("port 10250 is free (nothing else plays the kubelet)");
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            held.push(tcp);
+        }
+    });
+    let ns = TestNamespace::new("poddeadline").await;
+    pods(&ns.name).await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_output(
+        &[
+            "run",
+            "tests/scripts/k8s_pods/deadline.star",
+            "--allow-k8s",
+            "--var",
+            &var,
+        ],
+        T,
+    )
+    .await;
+    silent.abort();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    expect(&stdout, "exec-timeout", &["k8s.exec: timed out after 2s"]);
+    expect(&stdout, "logs-timeout", &["k8s.logs: timed out after 2s"]);
 }
 
 /// The port the API server dials for the logs of a kwok node's pods (kwok nodes

@@ -127,7 +127,7 @@ async fn webhook_refuses_bad_deployments_and_mutates_good_ones() {
     let port = free_port();
     let mut kite = spawn("tests/scripts/webhook/replicas.star", port, &served, &[]);
     kite.wait_stdout(
-        &format!("k8s.webhook: serving https://0.0.0.0:{port}/deployments"),
+        &format!("k8s.webhook: serving https://127.0.0.1:{port}/deployments"),
         T,
     )
     .await;

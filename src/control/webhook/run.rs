@@ -60,9 +60,14 @@ pub fn run(
     let webhook = Arc::new(Webhook::new(Arc::new(frozen)));
     let runtime = host.runtime.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (bound, serve) = runtime.block_on(server::bind(webhook.clone(), tls, async {
-        let _ = stop_rx.await;
-    }))?;
+    let (bound, serve) = runtime.block_on(server::bind(
+        opts.health_bind,
+        webhook.clone(),
+        tls,
+        async {
+            let _ = stop_rx.await;
+        },
+    ))?;
     println!(
         "k8s.webhook: serving https://{bound}{}",
         webhook.frozen.spec.path

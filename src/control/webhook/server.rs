@@ -3,7 +3,7 @@
 //! it, on the same port.
 
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -102,18 +102,19 @@ impl Webhook {
     }
 }
 
-/// Binds `0.0.0.0:<port>` and returns the bound address and the server, which runs
-/// until `shutdown`.
+/// Binds `<ip>:<port>` (`--health-bind`: loopback unless a pod needs 0.0.0.0) and
+/// returns the bound address and the server, which runs until `shutdown`.
 ///
 /// # Errors
 /// The port is in use or not allowed.
 pub async fn bind(
+    ip: IpAddr,
     webhook: Arc<Webhook>,
     tls: TlsAcceptor,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
     let port = webhook.frozen.spec.port;
-    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+    let addr = SocketAddr::new(ip, port);
     let (listener, bound) = crate::http::listen(addr)
         .await
         .map_err(|source| Error::Bind { port, source })?;
@@ -166,7 +167,11 @@ async fn admit(webhook: Arc<Webhook>, req: Request<Incoming>) -> Response<Full<B
         Ok(b) => b.to_bytes(),
         Err(e) => return crate::http::text(StatusCode::BAD_REQUEST, format!("{e}\n")),
     };
-    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&body) {
+    let review = serde_json::from_slice(&body).and_then(|mut v: serde_json::Value| {
+        complete(&mut v);
+        serde_json::from_value::<AdmissionReview<DynamicObject>>(v)
+    });
+    let review = match review {
         Ok(r) => r,
         Err(e) => {
             let text = format!("not an AdmissionReview: {e}\n");
@@ -216,6 +221,47 @@ async fn admit(webhook: Arc<Webhook>, req: Request<Incoming>) -> Response<Full<B
     json(&response)
 }
 
+/// Fills in what the API server always sends but a hand-written review (upstream's own
+/// curl examples) may leave out: the review's type, the request's uid, kind (from the
+/// object), resource, user and operation (from which objects are present). Upstream
+/// reads reviews into Go structs, where a missing field is simply empty.
+fn complete(review: &mut serde_json::Value) {
+    use serde_json::{Value as Json, json};
+    let Some(top) = review.as_object_mut() else {
+        return;
+    };
+    top.entry("apiVersion")
+        .or_insert(json!("admission.k8s.io/v1"));
+    top.entry("kind").or_insert(json!("AdmissionReview"));
+    let Some(req) = top.get_mut("request").and_then(Json::as_object_mut) else {
+        return;
+    };
+    let present = |k: &str| req.get(k).is_some_and(Json::is_object);
+    let operation = match (present("object"), present("oldObject")) {
+        (true, true) => "UPDATE",
+        (false, true) => "DELETE",
+        _ => "CREATE",
+    };
+    let obj = ["object", "oldObject"]
+        .iter()
+        .find_map(|k| req.get(*k).filter(|o| o.is_object()));
+    let field = |k: &str| {
+        obj.and_then(|o| o.get(k))
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let api_version = field("apiVersion");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let kind = json!({"group": group, "version": version, "kind": field("kind")});
+    let resource = json!({"group": group, "version": version, "resource": ""});
+    req.entry("uid").or_insert(json!(""));
+    req.entry("kind").or_insert(kind);
+    req.entry("resource").or_insert(resource);
+    req.entry("operation").or_insert(json!(operation));
+    req.entry("userInfo").or_insert(json!({}));
+}
+
 fn log(req: &AdmissionRequest<DynamicObject>, ending: &Ending) {
     let what = match &req.namespace {
         Some(ns) => format!("{} {ns}/{}", req.kind.kind, req.name),
@@ -237,7 +283,7 @@ fn log(req: &AdmissionRequest<DynamicObject>, ending: &Ending) {
 }
 
 fn json(response: &AdmissionResponse) -> Response<Full<Bytes>> {
-    match serde_json::to_vec(&response.clone().into_review()) {
+    match wire(response).and_then(|v| serde_json::to_vec(&v)) {
         Ok(body) => {
             let mut r = Response::new(Full::new(Bytes::from(body)));
             r.headers_mut()
@@ -245,5 +291,84 @@ fn json(response: &AdmissionResponse) -> Response<Full<Bytes>> {
             r
         }
         Err(e) => crate::http::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    }
+}
+
+/// The review answering with `response`, its patch as base64 text: the API server's
+/// (and upstream's) encoding of bytes, where kube would write an array of numbers.
+fn wire(response: &AdmissionResponse) -> serde_json::Result<serde_json::Value> {
+    use base64::Engine as _;
+    let mut review = serde_json::to_value(response.clone().into_review())?;
+    if let Some(patch) = response.patch.as_deref() {
+        let text = base64::engine::general_purpose::STANDARD.encode(patch);
+        review["response"]["patch"] = serde_json::Value::String(text);
+    }
+    Ok(review)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::admission::Operation;
+
+    use super::*;
+
+    fn parse(mut v: serde_json::Value) -> AdmissionRequest<DynamicObject> {
+        complete(&mut v);
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(v).unwrap();
+        review.try_into().unwrap()
+    }
+
+    #[test]
+    fn a_hand_written_review_gets_the_fields_the_api_server_sends() {
+        // The shape of upstream's tutorial curl: no kind, resource, operation or user.
+        let req = parse(serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "req-1", "object": {"apiVersion": "apps/v1",
+                "kind": "Deployment", "metadata": {"name": "bad-deploy"}}}
+        }));
+        assert_eq!(req.uid, "req-1");
+        assert_eq!(req.kind.group, "apps");
+        assert_eq!(req.kind.kind, "Deployment");
+        assert_eq!(req.operation, Operation::Create);
+
+        let req = parse(serde_json::json!({"request": {
+            "oldObject": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}}}));
+        assert_eq!(
+            (req.kind.group.as_str(), req.kind.version.as_str()),
+            ("", "v1")
+        );
+        assert_eq!(req.operation, Operation::Delete);
+    }
+
+    #[test]
+    fn a_patch_goes_out_as_base64() {
+        let req = parse(serde_json::json!({"request": {"uid": "u",
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}}}));
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::json!([{"op": "remove", "path": "/a"}])).unwrap();
+        let response = AdmissionResponse::from(&req).with_patch(patch).unwrap();
+        let out = wire(&response).unwrap();
+        assert_eq!(
+            out["response"]["patch"],
+            "W3sib3AiOiJyZW1vdmUiLCJwYXRoIjoiL2EifV0="
+        );
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        assert_eq!(out["kind"], "AdmissionReview");
+    }
+
+    #[test]
+    fn what_the_api_server_sends_is_kept() {
+        let req = parse(serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": "UPDATE",
+                "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+                "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+                "userInfo": {"username": "alice"},
+                "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {}}}
+        }));
+        assert_eq!(req.kind.kind, "StatefulSet");
+        assert_eq!(req.resource.resource, "statefulsets");
+        assert_eq!(req.operation, Operation::Update);
+        assert_eq!(req.user_info.username.as_deref(), Some("alice"));
     }
 }

@@ -6,18 +6,28 @@
 //! every other controller): `log.set_format` and `log.set_output` leave them as they
 //! are and say so in a warning. `log.set_level` applies to the calling script only,
 //! within kite's own filter (`-v` or `KITE_LOG=script=debug` lets debug lines through).
-//! Attributes travel in one field, `attrs`, as JSON.
+//! `log.logger(...)` values ([`Logger`]) keep their own level, and record the format and
+//! output they were given without honouring them (one warning per script says so).
+//! Attributes travel in one field, `attrs`, as JSON; values with no JSON form are
+//! logged as their `str()`, as upstream does.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+mod logger;
 
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use serde_json::{Map, Value as Json};
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
-use starlark::values::Value;
+use starlark::values::dict::DictRef;
 use starlark::values::none::{NoneOr, NoneType};
+use starlark::values::{Heap, Value};
 
+pub use self::logger::Logger;
+use crate::script::attrdict::AttrDict;
 use crate::script::host::{Host, call_site};
 use crate::script::json::from_starlark;
+use crate::script::outcome::result;
 
 /// Upstream's levels, lowest first.
 const LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
@@ -31,17 +41,91 @@ impl Default for Threshold {
     }
 }
 
-fn level_index(call: &str, level: &str) -> anyhow::Result<u8> {
+/// Whether this script has already been told that a logger's format/output is ignored.
+#[derive(Default)]
+struct SinkWarned(AtomicBool);
+
+/// The index into [`LEVELS`] of `level` (any case; `warning` as upstream accepts it).
+///
+/// # Errors
+/// An unknown level, naming `call` and the levels there are.
+fn level_index(call: &str, level: &str) -> Result<u8, String> {
+    let level_lower = level.to_ascii_lowercase();
+    let wanted = if level_lower == "warning" {
+        "warn"
+    } else {
+        &level_lower
+    };
     LEVELS
         .iter()
-        .position(|l| l.eq_ignore_ascii_case(level))
+        .position(|l| *l == wanted)
         .and_then(|i| u8::try_from(i).ok())
         .ok_or_else(|| {
-            anyhow::anyhow!(
+            format!(
                 "{call}: unknown level {level:?} (levels: {})",
                 LEVELS.join(", ")
             )
         })
+}
+
+fn check_format(call: &str, format: &str) -> Result<(), String> {
+    if matches!(format, "text" | "json") {
+        Ok(())
+    } else {
+        Err(format!("{call}: unknown format {format:?} (text or json)"))
+    }
+}
+
+fn check_output(call: &str, output: &str) -> Result<(), String> {
+    if output.eq_ignore_ascii_case("stderr") || output.eq_ignore_ascii_case("stdout") {
+        Ok(())
+    } else {
+        Err(format!(
+            "{call}: unknown output {output:?} (stderr or stdout)"
+        ))
+    }
+}
+
+/// A script's attributes dict as JSON fields.
+///
+/// Values with no JSON form (a function, a struct) are logged as their `str()`, as
+/// upstream does, rather than failing the log call.
+///
+/// # Errors
+/// `attrs` is not a dict, or one of its keys is not a string.
+fn attrs_of(call: &str, attrs: Value) -> anyhow::Result<Map<String, Json>> {
+    let dict = AttrDict::dict_of(attrs).unwrap_or(attrs);
+    let Some(dict) = DictRef::from_value(dict) else {
+        anyhow::bail!("{call}: attrs must be a dict, not {}", attrs.get_type());
+    };
+    let mut fields = Map::new();
+    for (k, v) in dict.iter() {
+        let Some(key) = k.unpack_str() else {
+            anyhow::bail!(
+                "{call}: attrs keys must be strings, not {} ({})",
+                k.get_type(),
+                k.to_repr()
+            );
+        };
+        let value = from_starlark(v).unwrap_or_else(|_| Json::String(v.to_str()));
+        fields.insert(key.to_owned(), value);
+    }
+    Ok(fields)
+}
+
+/// Writes one script line through kite's logger; `level` indexes [`LEVELS`].
+fn write(level: u8, at: &str, msg: &str, fields: &Map<String, Json>) {
+    let attrs = if fields.is_empty() {
+        String::new()
+    } else {
+        Json::Object(fields.clone()).to_string()
+    };
+    match level {
+        0 => tracing::debug!(target: "script", at, attrs, "{msg}"),
+        1 => tracing::info!(target: "script", at, attrs, "{msg}"),
+        2 => tracing::warn!(target: "script", at, attrs, "{msg}"),
+        _ => tracing::error!(target: "script", at, attrs, "{msg}"),
+    }
 }
 
 fn emit(
@@ -50,26 +134,75 @@ fn emit(
     msg: &str,
     attrs: NoneOr<Value>,
 ) -> anyhow::Result<NoneType> {
-    let host = Host::of(eval)?;
-    if level < host.ext::<Threshold>().0.load(Ordering::Relaxed) {
-        return Ok(NoneType);
-    }
     let name = LEVELS[usize::from(level)];
-    let attrs = match attrs.into_option() {
-        None => String::new(),
-        Some(v) => match from_starlark(v)? {
-            json @ serde_json::Value::Object(_) => json.to_string(),
-            _ => anyhow::bail!("log.{name}: attrs must be a dict, not {}", v.get_type()),
-        },
+    // Bad attrs fail whatever the level, so a script's mistake shows without -v.
+    let fields = match attrs.into_option() {
+        None => Map::new(),
+        Some(v) => attrs_of(&format!("log.{name}"), v)?,
     };
-    let at = call_site(eval);
-    match level {
-        0 => tracing::debug!(target: "script", at, attrs, "{msg}"),
-        1 => tracing::info!(target: "script", at, attrs, "{msg}"),
-        2 => tracing::warn!(target: "script", at, attrs, "{msg}"),
-        _ => tracing::error!(target: "script", at, attrs, "{msg}"),
+    let host = Host::of(eval)?;
+    if level >= host.ext::<Threshold>().0.load(Ordering::Relaxed) {
+        write(level, &call_site(eval), msg, &fields);
     }
     Ok(NoneType)
+}
+
+fn set_level(eval: &Evaluator<'_, '_, '_>, call: &str, level: &str) -> anyhow::Result<()> {
+    let index = level_index(call, level).map_err(anyhow::Error::msg)?;
+    Host::of(eval)?
+        .ext::<Threshold>()
+        .0
+        .store(index, Ordering::Relaxed);
+    Ok(())
+}
+
+fn set_format(eval: &Evaluator<'_, '_, '_>, call: &str, format: &str) -> Result<(), String> {
+    check_format(call, format)?;
+    let at = call_site(eval);
+    tracing::warn!(target: "script", at, "log.set_format({format:?}) is ignored: kite's --log-format decides the format");
+    Ok(())
+}
+
+fn set_output(eval: &Evaluator<'_, '_, '_>, call: &str, output: &str) -> Result<(), String> {
+    check_output(call, output)?;
+    let at = call_site(eval);
+    tracing::warn!(target: "script", at, "log.set_output({output:?}) is ignored: kite logs to stderr");
+    Ok(())
+}
+
+/// `log.logger(...)`: checks the settings; says once per script that format and
+/// output other than kite's own are not honoured.
+fn new_logger(
+    eval: &Evaluator<'_, '_, '_>,
+    call: &str,
+    level: &str,
+    format: &str,
+    output: &str,
+) -> anyhow::Result<Logger> {
+    let index = level_index(call, level).map_err(anyhow::Error::msg)?;
+    check_format(call, format).map_err(anyhow::Error::msg)?;
+    check_output(call, output).map_err(anyhow::Error::msg)?;
+    let own = format == "text" && output.eq_ignore_ascii_case("stderr");
+    if !own
+        && !Host::of(eval)?
+            .ext::<SinkWarned>()
+            .0
+            .swap(true, Ordering::Relaxed)
+    {
+        let at = call_site(eval);
+        tracing::warn!(target: "script", at, "log.logger(format={format:?}, output={output:?}): kite's --log-format decides the format and logs go to stderr");
+    }
+    Ok(Logger::new(
+        index,
+        level.to_ascii_lowercase(),
+        format.to_owned(),
+        output.to_owned(),
+    ))
+}
+
+/// `outcome` as a `try_` result holding None.
+fn done(heap: Heap<'_>, outcome: Result<(), String>) -> Value<'_> {
+    result(heap, outcome.map(|()| Value::new_none()))
 }
 
 #[starlark_module]
@@ -115,12 +248,17 @@ pub fn log_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] level: &str,
         eval: &mut Evaluator<'_, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        let index = level_index("log.set_level", level)?;
-        Host::of(eval)?
-            .ext::<Threshold>()
-            .0
-            .store(index, Ordering::Relaxed);
+        set_level(eval, "log.set_level", level)?;
         Ok(NoneType)
+    }
+
+    /// `set_level(...)` as a result.
+    fn try_set_level<'v>(
+        #[starlark(require = pos)] level: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = set_level(eval, "log.set_level", level).map_err(|e| e.to_string());
+        Ok(done(eval.heap(), outcome))
     }
 
     /// Accepted for upstream's scripts; kite's `--log-format` decides the format.
@@ -128,12 +266,17 @@ pub fn log_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] format: &str,
         eval: &mut Evaluator<'_, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        if !matches!(format, "text" | "json") {
-            anyhow::bail!("log.set_format: unknown format {format:?} (text or json)");
-        }
-        let at = call_site(eval);
-        tracing::warn!(target: "script", at, "log.set_format({format:?}) is ignored: kite's --log-format decides the format");
+        set_format(eval, "log.set_format", format).map_err(anyhow::Error::msg)?;
         Ok(NoneType)
+    }
+
+    /// `set_format(...)` as a result.
+    fn try_set_format<'v>(
+        #[starlark(require = pos)] format: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = set_format(eval, "log.set_format", format);
+        Ok(done(eval.heap(), outcome))
     }
 
     /// Accepted for upstream's scripts; kite logs to stderr.
@@ -141,26 +284,148 @@ pub fn log_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] output: &str,
         eval: &mut Evaluator<'_, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        if !matches!(output, "stderr" | "stdout") {
-            anyhow::bail!("log.set_output: unknown output {output:?} (stderr or stdout)");
-        }
-        let at = call_site(eval);
-        tracing::warn!(target: "script", at, "log.set_output({output:?}) is ignored: kite logs to stderr");
+        set_output(eval, "log.set_output", output).map_err(anyhow::Error::msg)?;
         Ok(NoneType)
+    }
+
+    /// `set_output(...)` as a result.
+    fn try_set_output<'v>(
+        #[starlark(require = pos)] output: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = set_output(eval, "log.set_output", output);
+        Ok(done(eval.heap(), outcome))
+    }
+
+    /// A logger with its own level, independent of `log.set_level`; `.attrs(...)`
+    /// and `.group(...)` derive loggers that add attributes to every line.
+    fn logger(
+        #[starlark(default = "info")] level: &str,
+        #[starlark(default = "text")] format: &str,
+        #[starlark(default = "stderr")] output: &str,
+        eval: &mut Evaluator<'_, '_, '_>,
+    ) -> anyhow::Result<Logger> {
+        new_logger(eval, "log.logger", level, format, output)
+    }
+
+    /// `logger(...)` as a result.
+    fn try_logger<'v>(
+        #[starlark(default = "info")] level: &str,
+        #[starlark(default = "text")] format: &str,
+        #[starlark(default = "stderr")] output: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = new_logger(eval, "log.logger", level, format, output)
+            .map(|l| eval.heap().alloc(l))
+            .map_err(|e| e.to_string());
+        Ok(result(eval.heap(), outcome))
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::io;
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use serde_json::{Value as Json, json};
+
+    use super::level_index;
     use crate::script::builtins::testing::eval;
 
+    /// Collects what the JSON formatter writes.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Runs `code` and returns its result with the `script` lines it logged (as JSON).
+    pub(crate) fn logged(code: &str) -> (Result<String, String>, Vec<Json>) {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .finish();
+        let out = tracing::subscriber::with_default(subscriber, || eval(code));
+        let bytes = sink
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let lines = String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Json>(l).ok())
+            .filter(|l| l["target"] == "script")
+            .collect();
+        (out, lines)
+    }
+
+    fn summary(lines: &[Json]) -> Vec<(String, String, String)> {
+        lines
+            .iter()
+            .map(|l| {
+                let text = |v: &Json| v.as_str().unwrap_or_default().to_owned();
+                (
+                    text(&l["level"]),
+                    text(&l["fields"]["message"]),
+                    text(&l["fields"]["attrs"]),
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn levels_and_attrs() {
-        assert_eq!(eval("log.info('started', {'port': 8080})").unwrap(), "None");
+    fn levels() {
+        assert_eq!(level_index("c", "debug"), Ok(0));
+        assert_eq!(level_index("c", "INFO"), Ok(1));
+        assert_eq!(level_index("c", "warning"), Ok(2));
+        assert_eq!(level_index("c", "Error"), Ok(3));
         assert_eq!(
-            eval("log.set_level('debug')\nlog.debug('x')").unwrap(),
-            "None"
+            level_index("c", "verbose"),
+            Err("c: unknown level \"verbose\" (levels: debug, info, warn, error)".to_owned())
         );
+    }
+
+    #[test]
+    fn module_functions_log_through_tracing() {
+        let (out, lines) = logged(
+            "log.debug('hidden')\n\
+             log.info('started', {'port': 8080, 'f': len})\n\
+             log.set_level('debug')\n\
+             log.debug('x')\n\
+             log.set_level('error')\n\
+             log.warn('quiet', {})\n\
+             log.error('boom', attrs = {'e': None})",
+        );
+        assert_eq!(out.unwrap(), "None");
+        let want = [
+            ("INFO", "started", r#"{"port":8080,"f":"len"}"#),
+            ("DEBUG", "x", ""),
+            ("ERROR", "boom", r#"{"e":null}"#),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
+            .collect();
+        assert_eq!(summary(&lines), want);
+        assert_eq!(lines[0]["fields"]["at"], json!("test.star:2:1"));
+    }
+
+    #[test]
+    fn module_function_errors() {
         let e = eval("log.set_level('verbose')").unwrap_err();
         assert!(
             e.contains(
@@ -173,8 +438,84 @@ mod tests {
             e.contains("log.warn: attrs must be a dict, not list"),
             "{e}"
         );
+        let e = eval("log.info('x', {('a',): 1})").unwrap_err();
+        assert!(
+            e.contains("log.info: attrs keys must be strings, not tuple"),
+            "{e}"
+        );
+        // Below the threshold, bad attrs still fail.
+        let e = eval("log.debug('x', 1)").unwrap_err();
+        assert!(
+            e.contains("log.debug: attrs must be a dict, not int"),
+            "{e}"
+        );
+        let e = eval("log.error('x', 'a')").unwrap_err();
+        assert!(e.contains("log.error: attrs must be a dict"), "{e}");
         let e = eval("log.set_format('xml')").unwrap_err();
-        assert!(e.contains("log.set_format: unknown format"), "{e}");
-        assert_eq!(eval("log.set_output('stdout')").unwrap(), "None");
+        assert!(e.contains("log.set_format: unknown format \"xml\""), "{e}");
+        let e = eval("log.set_output('file')").unwrap_err();
+        assert!(e.contains("log.set_output: unknown output \"file\""), "{e}");
+    }
+
+    #[test]
+    fn settings_are_accepted_with_a_warning() {
+        let (out, lines) = logged(
+            "log.set_format('json')\nlog.set_output('stdout')\n\
+             log.logger(format = 'json')\nlog.logger(output = 'stdout')\nlog.logger()",
+        );
+        assert_eq!(
+            out.unwrap(),
+            "logger(level=info, format=text, output=stderr)"
+        );
+        let levels: Vec<_> = summary(&lines).into_iter().map(|l| (l.0, l.1)).collect();
+        assert_eq!(levels.len(), 3, "{levels:?}");
+        assert!(levels[0].1.contains("log.set_format(\"json\") is ignored"));
+        assert!(
+            levels[1]
+                .1
+                .contains("log.set_output(\"stdout\") is ignored")
+        );
+        // Said once per script.
+        assert!(
+            levels[2]
+                .1
+                .contains("log.logger(format=\"json\", output=\"stderr\")")
+        );
+    }
+
+    #[test]
+    fn logger_errors() {
+        let e = eval("log.logger(level = 'trace')").unwrap_err();
+        assert!(e.contains("log.logger: unknown level \"trace\""), "{e}");
+        let e = eval("log.logger(format = 'xml')").unwrap_err();
+        assert!(e.contains("log.logger: unknown format \"xml\""), "{e}");
+        let e = eval("log.logger(output = '/tmp/x')").unwrap_err();
+        assert!(e.contains("log.logger: unknown output \"/tmp/x\""), "{e}");
+    }
+
+    #[test]
+    fn try_variants() {
+        assert_eq!(
+            eval("r = log.try_logger(level = 'debug')\n(r.ok, r.value.level, r.error)").unwrap(),
+            r#"(True, "debug", None)"#
+        );
+        assert_eq!(
+            eval("r = log.try_logger(format = 'xml')\n(r.ok, r.value, r.error)").unwrap(),
+            r#"(False, None, "log.logger: unknown format \"xml\" (text or json)")"#
+        );
+        assert_eq!(
+            eval("r = log.try_set_level('nope')\n(r.ok, r.error.startswith('log.set_level: unknown level'))")
+                .unwrap(),
+            "(False, True)"
+        );
+        assert_eq!(
+            eval("[log.try_set_level('warn').ok, log.try_set_format('json').ok, log.try_set_output('stderr').ok]")
+                .unwrap(),
+            "[True, True, True]"
+        );
+        assert_eq!(
+            eval("[log.try_set_format('x').error, log.try_set_output('x').error]").unwrap(),
+            r#"["log.set_format: unknown format \"x\" (text or json)", "log.set_output: unknown output \"x\" (stderr or stdout)"]"#
+        );
     }
 }
