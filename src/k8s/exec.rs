@@ -80,7 +80,7 @@ pub async fn run(
         .stdout(true)
         .stderr(true);
     let mut proc = pod
-        .api
+        .streaming
         .exec(&pod.name, command.to_vec(), &params)
         .await
         .map_err(|source| Error::Start {

@@ -41,6 +41,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A pod and the container a call runs against.
 pub struct PodRef {
     pub api: Api<Pod>,
+    /// For exec and port-forward: no idle read limit (see `Session::streaming`).
+    pub streaming: Api<Pod>,
     pub name: String,
     pub namespace: String,
     pub container: String,
@@ -74,6 +76,7 @@ impl PodRef {
         let container = choose_container(&name, &pod, container)?;
         let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
         Ok(Self {
+            streaming: Api::namespaced(session.streaming.clone(), &namespace),
             api,
             name,
             namespace,

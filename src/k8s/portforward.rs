@@ -107,7 +107,7 @@ async fn open(pod: &PodRef, port: u16) -> Result<tokio::io::DuplexStream> {
         port,
         message,
     };
-    let mut pf = tokio::time::timeout(OPEN_TIMEOUT, pod.api.portforward(&pod.name, &[port]))
+    let mut pf = tokio::time::timeout(OPEN_TIMEOUT, pod.streaming.portforward(&pod.name, &[port]))
         .await
         .map_err(|_| fail(format!("no answer within {OPEN_TIMEOUT:?}")))?
         .map_err(|e| fail(describe(&e)))?;

@@ -60,6 +60,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
 /// One cluster connection, shared by every call that uses the same settings.
 pub struct Session {
     pub client: kube::Client,
+    /// The same identity without [`READ_TIMEOUT`], for exec and port-forward streams,
+    /// which may rightly be silent for longer (a command that prints nothing for a
+    /// minute, an idle forwarded connection); each such call has its own deadline.
+    pub streaming: kube::Client,
     pub discovery: Discovery,
     /// The namespace used when neither the call nor the manifest names one.
     pub namespace: String,
@@ -80,9 +84,13 @@ impl Session {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
+        let mut quiet = config.clone();
+        quiet.read_timeout = None;
+        let streaming = kube::Client::try_from(quiet).map_err(Error::BuildClient)?;
         let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
         Ok(Self {
             discovery: Discovery::new(client.clone()),
+            streaming,
             client,
             namespace,
             context,
@@ -91,9 +99,14 @@ impl Session {
     }
 
     /// A session for an existing client (the operator's impersonating clients).
+    ///
+    /// # Caveats
+    /// Its exec and port-forward streams share the client's read timeout: a stream
+    /// silent for [`READ_TIMEOUT`] is closed.
     pub fn from_client(client: kube::Client, namespace: String, dry_run: bool) -> Self {
         Self {
             discovery: Discovery::new(client.clone()),
+            streaming: client.clone(),
             client,
             namespace,
             context: String::new(),
@@ -200,6 +213,7 @@ impl SessionCell {
             }
             Some(p) => Arc::new(Session {
                 client: p.client.clone(),
+                streaming: p.streaming.clone(),
                 discovery: p.discovery.clone(),
                 namespace: key.namespace.clone().unwrap_or_else(|| p.namespace.clone()),
                 context: p.context.clone(),
