@@ -7,11 +7,14 @@
 //! handlers (`frozen`) on blocking threads under the webhook's time budget.
 
 pub mod frozen;
+mod later;
 mod metrics;
 pub mod review;
 pub mod run;
 pub mod server;
 pub mod spec;
+
+pub use later::called_after;
 
 use starlark::collections::SmallMap;
 use starlark::environment::MethodsBuilder;
@@ -63,20 +66,6 @@ pub fn webhook_method(builder: &mut MethodsBuilder) {
         }
         Ok(NoneType)
     }
-}
-
-/// True when the script's text after the call in progress calls `.webhook(`: then
-/// `k8s.control()` records its request and lets the top level run on, so that a webhook
-/// registered after the controller is served too. A false match (a comment) only means
-/// the rest of the top level runs, as it does after `k8s.webhook()`.
-pub fn called_after(eval: &Evaluator) -> bool {
-    eval.call_stack_top_location().is_some_and(|at| {
-        let source = at.file.source();
-        let from = usize::try_from(at.span.end().get()).unwrap_or(usize::MAX);
-        source
-            .get(from..)
-            .is_some_and(|rest| rest.contains(".webhook("))
-    })
 }
 
 /// Adds the signature of `k8s.webhook`, for `kite check`: it takes `**kwargs` to give
