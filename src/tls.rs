@@ -111,8 +111,11 @@ pub fn issue(name: &str, hosts: &[String], days: i64) -> Result<Issued> {
     })
 }
 
-/// Valid from a day ago (clock skew) to `days` from now.
-fn set_validity(params: &mut CertificateParams, days: i64) -> Result<()> {
+/// Valid from a day ago (clock skew) to `days` from now; returns the end.
+///
+/// # Errors
+/// [`Error::Date`] when `days` reaches past the calendar.
+pub fn set_validity(params: &mut CertificateParams, days: i64) -> Result<Timestamp> {
     let date = |t: Timestamp| {
         let d = t.to_zoned(TimeZone::UTC).date();
         rcgen::date_time_ymd(
@@ -128,7 +131,7 @@ fn set_validity(params: &mut CertificateParams, days: i64) -> Result<()> {
         .map_err(|_| Error::Date)?;
     params.not_before = date(before);
     params.not_after = date(after);
-    Ok(())
+    Ok(after)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::jiff::{Timestamp, ToSpan, tz::TimeZone};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use rcgen::{
@@ -277,26 +277,13 @@ fn ca_params() -> Result<CertificateParams> {
 
 /// Valid from a day ago (clock skew) to `days` from now; returns the end.
 fn set_validity(params: &mut CertificateParams, days: i64) -> Result<Timestamp> {
-    let date = |t: Timestamp| {
-        let d = t.to_zoned(TimeZone::UTC).date();
-        rcgen::date_time_ymd(
-            d.year().into(),
-            d.month().unsigned_abs(),
-            d.day().unsigned_abs(),
-        )
-    };
-    let now = Timestamp::now();
-    let before = now.checked_sub(24.hours()).map_err(|_| Error::Date)?;
-    let after = now
-        .checked_add((days * 24).hours())
-        .map_err(|_| Error::Date)?;
-    params.not_before = date(before);
-    params.not_after = date(after);
-    Ok(after)
+    crate::tls::set_validity(params, days).map_err(|_| Error::Date)
 }
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::jiff::ToSpan;
+
     use super::*;
 
     fn secret(hosts: &[&str]) -> Secret {

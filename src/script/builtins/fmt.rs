@@ -17,21 +17,22 @@ use starlark::values::{UnpackValue, Value};
 
 use crate::script::host::Host;
 
-/// One `%` directive's flags, width and precision.
-#[derive(Default)]
-struct Spec {
-    minus: bool,
-    plus: bool,
-    sharp: bool,
-    space: bool,
-    zero: bool,
-    width: Option<usize>,
-    precision: Option<usize>,
+/// One `%` directive's flags, width and precision (also the template module's
+/// `printf`).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Spec {
+    pub(crate) minus: bool,
+    pub(crate) plus: bool,
+    pub(crate) sharp: bool,
+    pub(crate) space: bool,
+    pub(crate) zero: bool,
+    pub(crate) width: Option<usize>,
+    pub(crate) precision: Option<usize>,
 }
 
 impl Spec {
     /// `body` padded to the width: spaces (left or right), or zeros after the sign.
-    fn pad(&self, body: &str, numeric: bool) -> String {
+    pub(crate) fn pad(&self, body: &str, numeric: bool) -> String {
         let len = body.chars().count();
         let Some(width) = self.width.filter(|w| *w > len) else {
             return body.to_owned();
@@ -47,7 +48,7 @@ impl Spec {
         format!("{}{body}", " ".repeat(fill))
     }
 
-    fn sign(&self, negative: bool) -> &'static str {
+    pub(crate) fn sign(&self, negative: bool) -> &'static str {
         match (negative, self.plus, self.space) {
             (true, ..) => "-",
             (false, true, _) => "+",

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::data::{Data, go_float};
+use crate::script::builtins::fmt::Spec;
 use crate::script::builtins::strings::quote;
 
 /// `fmt.Sprint`: spaces only between operands when neither is a string.
@@ -28,45 +29,6 @@ pub fn sprintln(args: &[Data]) -> String {
         .join(" ");
     out.push('\n');
     out
-}
-
-/// One directive's flags, width and precision.
-#[derive(Default, Clone, Copy)]
-struct Spec {
-    minus: bool,
-    plus: bool,
-    sharp: bool,
-    space: bool,
-    zero: bool,
-    width: Option<usize>,
-    precision: Option<usize>,
-}
-
-impl Spec {
-    fn pad(&self, body: &str, numeric: bool) -> String {
-        let len = body.chars().count();
-        let Some(width) = self.width.filter(|w| *w > len) else {
-            return body.to_owned();
-        };
-        let fill = width - len;
-        if self.minus {
-            return format!("{body}{}", " ".repeat(fill));
-        }
-        if self.zero && numeric {
-            let split = usize::from(body.starts_with(['-', '+', ' ']));
-            return format!("{}{}{}", &body[..split], "0".repeat(fill), &body[split..]);
-        }
-        format!("{}{body}", " ".repeat(fill))
-    }
-
-    fn sign(&self, negative: bool) -> &'static str {
-        match (negative, self.plus, self.space) {
-            (true, ..) => "-",
-            (false, true, _) => "+",
-            (false, false, true) => " ",
-            _ => "",
-        }
-    }
 }
 
 /// Go's `%!verb(type=value)` for an operand the verb does not fit.
