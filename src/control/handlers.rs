@@ -173,16 +173,7 @@ impl Handlers {
     /// Takes the handlers back out of a frozen module that [`stash`] prepared.
     pub fn from_module(module: FrozenModule) -> Option<Self> {
         let extra = module.owned_extra_value()?;
-        let field = |name: &str| {
-            extra
-                .try_map(|v| {
-                    DictRef::from_value(v.to_value())
-                        .and_then(|d| d.get_str(name))
-                        .and_then(starlark::values::Value::unpack_frozen)
-                        .ok_or(())
-                })
-                .ok()
-        };
+        let field = |name: &str| stashed(&extra, name);
         let related_list = field("related");
         let mut related = Vec::new();
         if let Some(list) = &related_list {
@@ -404,4 +395,17 @@ pub fn decode_refs(v: Value) -> Result<Vec<(Option<String>, String)>> {
         Some(list) => list.iter().map(one).collect(),
         None => Ok(vec![one(v)?]),
     }
+}
+
+/// The value kept under `name` in a frozen module's extra value (what [`stash`] and
+/// `stash_entries` put there).
+pub fn stashed(extra: &OwnedFrozenValue, name: &str) -> Option<OwnedFrozenValue> {
+    extra
+        .try_map(|v| {
+            DictRef::from_value(v.to_value())
+                .and_then(|d| d.get_str(name))
+                .and_then(starlark::values::Value::unpack_frozen)
+                .ok_or(())
+        })
+        .ok()
 }

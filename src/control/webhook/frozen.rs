@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use serde_json::Value as Json;
 use starlark::environment::{FrozenModule, Module};
-use starlark::values::dict::DictRef;
 use starlark::values::{Heap, OwnedFrozenValue};
 
 use super::review::{self, Verdict, decode_object, decode_verdict};
@@ -54,16 +53,9 @@ impl Frozen {
     ) -> Result<Self, String> {
         let extra = module.owned_extra_value();
         let field = |name: &str| {
-            extra.as_ref().and_then(|extra| {
-                extra
-                    .try_map(|v| {
-                        DictRef::from_value(v.to_value())
-                            .and_then(|d| d.get_str(name))
-                            .and_then(starlark::values::Value::unpack_frozen)
-                            .ok_or(())
-                    })
-                    .ok()
-            })
+            extra
+                .as_ref()
+                .and_then(|extra| handlers::stashed(extra, name))
         };
         let (validate, mutate) = (field(VALIDATE), field(MUTATE));
         if spec.validates != validate.is_some() || spec.mutates != mutate.is_some() {
