@@ -7,9 +7,10 @@ use super::{Analyzer, Args, Frame};
 
 /// The subresource and verbs each pod I/O call uses; None for other methods.
 ///
-/// Websocket upgrades (exec, port-forward) reach the API server as a GET, which it
-/// authorizes as `create` since Kubernetes 1.30 and as `get` before; both are granted,
-/// as kubectl's documentation asks.
+/// Websocket upgrades (exec, port-forward) reach the API server as a GET: RBAC checks
+/// `get`, and since Kubernetes 1.35 (`AuthorizePodWebsocketUpgradeCreatePermission`) a
+/// second check asks for `create` as well; either one missing refuses the call (403),
+/// so both are granted. The audit log records only the `get`.
 pub(super) fn subresource(method: &str) -> Option<(&'static str, &'static [&'static str])> {
     Some(match method {
         "logs" | "logs_follow" => ("pods/log", &["get"]),

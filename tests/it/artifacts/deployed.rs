@@ -103,8 +103,12 @@ impl Deployed {
             for rule in role["rules"].as_array().into_iter().flatten() {
                 let first = |field: &str| rule[field][0].as_str().unwrap_or_default().to_owned();
                 let (verb, group) = (first("verbs"), first("apiGroups"));
-                let mut resource = match (first("resources"), group.as_str()) {
-                    (r, "") => r,
+                // `can-i` reads `pods/exec` as the pod named exec: a subresource is a flag.
+                let plural = first("resources");
+                let (plural, sub) = plural.split_once('/').unwrap_or((&plural, ""));
+                let subresource = format!("--subresource={sub}");
+                let mut resource = match (plural, group.as_str()) {
+                    (r, "") => r.to_owned(),
                     (r, g) => format!("{r}.{g}"),
                 };
                 let named = first("resourceNames");
@@ -114,7 +118,15 @@ impl Deployed {
                 let what = format!("{user} may {verb} {resource}");
                 wait_until(&what, Duration::from_secs(10), || async {
                     kubectl(&[
-                        "auth", "can-i", &verb, &resource, "-n", scope, "--as", &user,
+                        "auth",
+                        "can-i",
+                        &verb,
+                        &resource,
+                        "-n",
+                        scope,
+                        "--as",
+                        &user,
+                        &subresource,
                     ])
                     .await
                     .status

@@ -8,6 +8,7 @@ use crate::support::{self, *};
 
 mod deployed;
 mod webhook;
+mod workload_rbac;
 
 use deployed::Deployed;
 
