@@ -251,6 +251,8 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
 
     /// Waits until `condition` holds: a status condition type such as "Available",
     /// "Ready", "Established" or "Complete"; "deleted"; or None (the object exists).
+    /// Returns `{"ready": bool, "resource": obj or None, "message": str}`, as upstream;
+    /// running out of `timeout` gives `ready` False rather than an error.
     fn wait_for<'v>(
         #[starlark(this)] this: Value<'v>,
         #[starlark(require = pos)] kind: &str,
@@ -271,7 +273,7 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         let out = out
             .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?
             .map_err(|e| anyhow::anyhow!("k8s.wait_for: {e}"))?;
-        Ok(out.map_or(Value::new_none(), |o| to_starlark(eval.heap(), &o)))
+        Ok(to_starlark(eval.heap(), &out.to_json()))
     }
 
     /// Watches a kind. With `handler`, calls `handler(event, obj)` for each event until
@@ -344,7 +346,8 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         crate::script::yaml::to_yaml(&docs)
     }
 
-    /// The API server's version, e.g. `k8s.version().gitVersion`.
+    /// The API server's version: major, minor, platform, git_version (also under the
+    /// API's camelCase names, e.g. `gitVersion`).
     fn version<'v>(
         #[starlark(this)] this: Value<'v>,
         #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
@@ -401,17 +404,27 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         Ok(heap.alloc(AllocList(rows.iter().map(|r| to_starlark(heap, r)))))
     }
 
-    /// A client with other settings: `k8s.config(kubeconfig=, context=, namespace=)`.
+    /// A client with other settings: `k8s.config(kubeconfig=, context=, namespace=,
+    /// timeout=)`; `timeout` is the deadline of each call that gives none itself.
     fn config<'v>(
         #[starlark(this)] this: Value<'v>,
         #[starlark(require = named, default = NoneOr::None)] kubeconfig: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] context: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
+        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
     ) -> anyhow::Result<K8sClient> {
-        let base = this
+        let (base, base_timeout) = this
             .downcast_ref::<K8sClient>()
-            .map(|c| c.key.clone())
+            .map(|c| (c.key.clone(), c.timeout))
             .unwrap_or_default();
+        // Upstream treats an empty string as "not given".
+        let timeout = match opt(timeout).filter(|t| !t.is_empty()) {
+            Some(t) => Some(
+                crate::duration::parse(t)
+                    .map_err(|e| anyhow::anyhow!("k8s.config: timeout: {e}"))?,
+            ),
+            None => base_timeout,
+        };
         Ok(K8sClient {
             key: SessionKey {
                 kubeconfig: opt(kubeconfig).map(str::to_owned).or(base.kubeconfig),
@@ -419,6 +432,7 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
                 namespace: opt(namespace).map(str::to_owned).or(base.namespace),
             },
             is_module: false,
+            timeout,
         })
     }
 }

@@ -1,5 +1,5 @@
-//! `k8s.describe`: a kubectl-describe-like text of one object — metadata, what matters
-//! for its kind, conditions, and the events recorded about it.
+//! `k8s.describe`: one object with its conditions and the events recorded about it, as
+//! upstream returns them, plus a kubectl-describe-like text of it all.
 
 use std::fmt::Write as _;
 
@@ -9,7 +9,9 @@ use serde_json::Value as Json;
 use super::ops::{self, Result, Target};
 use super::session::Session;
 
-/// Fetches `kind/name` and its events and renders them.
+/// Fetches `kind/name` and its events: `{"resource", "conditions", "events", "text"}`.
+/// Conditions and events have string values (upstream's shape: events carry type,
+/// reason, message and count); `text` is the kubectl-describe-like rendering.
 ///
 /// # Errors
 /// The kind is unknown or the object is missing. Events that cannot be listed are left
@@ -19,7 +21,7 @@ pub async fn describe(
     kind: &str,
     name: &str,
     namespace: Option<&str>,
-) -> Result<String> {
+) -> Result<Json> {
     let target = Target::resolve(session, kind, namespace).await?;
     let obj = ops::get_of(session, &target, name).await?;
     let uid = obj["metadata"]["uid"].as_str().unwrap_or("");
@@ -29,7 +31,41 @@ pub async fn describe(
     let events = ops::list(session, "events", Some(events_ns), None, Some(&fields))
         .await
         .ok();
-    Ok(render(&obj, events.as_deref(), Timestamp::now()))
+    let text = render(&obj, events.as_deref(), Timestamp::now());
+    Ok(described(obj, events.as_deref(), text))
+}
+
+/// The value text: a JSON scalar as it reads, a string without quotes.
+fn text_of(v: &Json) -> Json {
+    Json::String(v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+}
+
+fn described(obj: Json, events: Option<&[Json]>, text: String) -> Json {
+    let conditions: Vec<Json> = obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Json::as_object)
+        .map(|c| {
+            c.iter()
+                .map(|(k, v)| (k.clone(), text_of(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        })
+        .collect();
+    let events: Vec<Json> = events
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "type": text_of(&e["type"]), "reason": text_of(&e["reason"]),
+                "message": text_of(&e["message"]), "count": text_of(&e["count"]),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "resource": obj, "conditions": conditions, "events": events, "text": text,
+    })
 }
 
 fn pairs(v: &Json) -> String {
@@ -255,6 +291,25 @@ pub fn render(obj: &Json, events: Option<&[Json]>, now: Timestamp) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_value_has_upstreams_shape() {
+        let obj = json!({"kind": "Pod", "metadata": {"name": "p"},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2}]}});
+        let ev = [json!({"type": "Normal", "reason": "Pulled", "message": "ok", "count": 3})];
+        let v = described(obj.clone(), Some(&ev), "Name: p".into());
+        assert_eq!(v["resource"], obj);
+        assert_eq!(
+            v["conditions"],
+            json!([{"type": "Ready", "status": "True", "observedGeneration": "2"}])
+        );
+        assert_eq!(
+            v["events"],
+            json!([{"type": "Normal", "reason": "Pulled", "message": "ok", "count": "3"}])
+        );
+        assert_eq!(v["text"], "Name: p");
+        assert_eq!(described(obj, None, String::new())["events"], json!([]));
+    }
 
     #[test]
     fn renders_metadata_kind_details_and_events() {

@@ -38,6 +38,9 @@ pub struct K8sClient {
     pub(super) key: SessionKey,
     /// True for the predeclared `k8s` module, which also carries `obj`.
     pub(super) is_module: bool,
+    /// The deadline of each call that gives no `timeout=`: `k8s.config(timeout=)`.
+    #[allocative(skip)]
+    pub(super) timeout: Option<Duration>,
 }
 
 starlark::starlark_simple_value!(K8sClient);
@@ -160,6 +163,7 @@ pub fn register(builder: &mut GlobalsBuilder) {
         K8sClient {
             key: SessionKey::default(),
             is_module: true,
+            timeout: None,
         },
     );
 }
@@ -169,6 +173,7 @@ pub fn loadable(module: &Module) {
     let value = K8sClient {
         key: SessionKey::default(),
         is_module: true,
+        timeout: None,
     };
     module.set("k8s", module.heap().alloc(value));
 }
@@ -206,7 +211,7 @@ impl<'a> Call<'a> {
             Some(t) => {
                 crate::duration::parse(t).map_err(|e| anyhow::anyhow!("{full}: timeout: {e}"))?
             }
-            None => DEFAULT_TIMEOUT,
+            None => client.timeout.unwrap_or(DEFAULT_TIMEOUT),
         };
         let session = host
             .ext::<SessionCell>()
@@ -246,4 +251,37 @@ impl<'a> Call<'a> {
 
 pub(super) fn opt(v: NoneOr<&str>) -> Option<&str> {
     v.into_option()
+}
+
+#[cfg(test)]
+mod tests {
+    use starlark::environment::{GlobalsBuilder, Module};
+    use starlark::eval::Evaluator;
+    use starlark::syntax::{AstModule, Dialect};
+
+    use super::*;
+
+    /// The deadline a `k8s.config(...)` snippet's client carries, or the error.
+    fn config_timeout(code: &str) -> Result<Option<Duration>, String> {
+        let globals = GlobalsBuilder::standard().with(register).build();
+        let ast = AstModule::parse("t.star", code.to_owned(), &Dialect::Extended)
+            .map_err(|e| e.to_string())?;
+        Module::with_temp_heap(|module| {
+            let mut eval = Evaluator::new(&module);
+            let v = eval.eval_module(ast, &globals).map_err(|e| e.to_string())?;
+            Ok(v.downcast_ref::<K8sClient>().and_then(|c| c.timeout))
+        })
+    }
+
+    #[test]
+    fn config_timeout_is_kept_and_inherited() {
+        assert_eq!(config_timeout("k8s.config()"), Ok(None));
+        assert_eq!(config_timeout("k8s.config(timeout='')"), Ok(None));
+        assert_eq!(
+            config_timeout("k8s.config(timeout='30s').config(namespace='x')"),
+            Ok(Some(Duration::from_secs(30)))
+        );
+        let e = config_timeout("k8s.config(timeout='soon')").unwrap_err();
+        assert!(e.contains("k8s.config: timeout:"), "{e}");
+    }
 }

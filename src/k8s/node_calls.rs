@@ -114,7 +114,7 @@ pub(super) fn node_methods(builder: &mut MethodsBuilder) {
         Ok(node_result(&call, eval.heap(), &out))
     }
 
-    /// CPU and memory use per node from metrics-server: name, cpu, memory,
+    /// Per node: name, capacity, allocatable; with metrics-server also cpu, memory,
     /// cpu_millicores, memory_bytes, cpu_percent, memory_percent.
     fn top_nodes<'v>(
         #[starlark(this)] this: Value<'v>,
@@ -126,8 +126,9 @@ pub(super) fn node_methods(builder: &mut MethodsBuilder) {
         Ok(rows(eval.heap(), &out))
     }
 
-    /// CPU and memory use per pod in `namespace` ("*": all): name, namespace, cpu,
-    /// memory, cpu_millicores, memory_bytes; `sort_by` "cpu" or "memory".
+    /// Per pod in `namespace` ("*": all): name, namespace, status, cpu_request,
+    /// memory_request; with metrics-server also cpu, memory, cpu_millicores,
+    /// memory_bytes. `sort_by` "cpu" or "memory".
     fn top_pods<'v>(
         #[starlark(this)] this: Value<'v>,
         #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,

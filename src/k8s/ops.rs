@@ -307,5 +307,46 @@ pub async fn patch(
 /// The API server's version.
 pub async fn version(session: &Session) -> Result<Json> {
     let info = session.client.apiserver_version().await?;
-    serde_json::to_value(info).map_err(Error::Encode)
+    serde_json::to_value(info)
+        .map(with_snake_keys)
+        .map_err(Error::Encode)
+}
+
+/// The object with each camelCase key also under its snake_case name: upstream's
+/// `version()` reports `git_version`, the API `gitVersion`; scripts use either.
+fn with_snake_keys(mut v: Json) -> Json {
+    if let Some(m) = v.as_object_mut() {
+        let snake: Vec<(String, Json)> = m
+            .iter()
+            .filter(|(k, _)| k.chars().any(|c| c.is_ascii_uppercase()))
+            .map(|(k, v)| {
+                let mut out = String::with_capacity(k.len() + 2);
+                for c in k.chars() {
+                    if c.is_ascii_uppercase() {
+                        out.push('_');
+                    }
+                    out.push(c.to_ascii_lowercase());
+                }
+                (out, v.clone())
+            })
+            .collect();
+        m.extend(snake);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn version_keys_also_in_snake_case() {
+        let v =
+            super::with_snake_keys(json!({"major": "1", "gitVersion": "v1.3", "goVersion": "go"}));
+        assert_eq!(
+            v,
+            json!({"major": "1", "gitVersion": "v1.3", "git_version": "v1.3",
+                   "goVersion": "go", "go_version": "go"})
+        );
+    }
 }

@@ -1,5 +1,6 @@
-//! `k8s.top_nodes` and `k8s.top_pods`: CPU and memory usage from the metrics API
-//! (`metrics.k8s.io`, served by metrics-server), in kubectl top's units.
+//! `k8s.top_nodes` and `k8s.top_pods`: upstream's capacity and request figures, plus
+//! CPU and memory usage from the metrics API (`metrics.k8s.io`, served by
+//! metrics-server) in kubectl top's units when it is there.
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
@@ -118,79 +119,162 @@ fn percent(used: i64, of: Option<f64>) -> Json {
     }
 }
 
-/// Usage per node: name, cpu ("250m"), memory ("512Mi"), the same as numbers
-/// (cpu_millicores, memory_bytes) and as percentages of the node's allocatable.
+/// The metrics rows, or None when metrics-server is absent: the rows add usage to
+/// what the API itself reports, so its absence is no error (upstream needs none).
+async fn optional_metrics(api: Api<DynamicObject>) -> Result<Option<Vec<Json>>> {
+    match list_metrics(api).await {
+        Ok(rows) => Ok(Some(rows)),
+        Err(Error::Invalid(m)) if m.starts_with(NOT_AVAILABLE) => {
+            // Upstream's figures need no metrics-server; say why usage is missing.
+            tracing::warn!("k8s.top: {m}; usage left out, capacity and requests only");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A dict of quantities with every value as a string, as upstream reports them.
+fn quantity_strings(v: &Json) -> Json {
+    match v.as_object() {
+        Some(m) => m
+            .iter()
+            .map(|(k, v)| {
+                let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                (k.clone(), Json::String(text))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        None => json!({}),
+    }
+}
+
+/// Per node, as upstream: name, capacity and allocatable (dicts of quantity strings);
+/// with metrics-server also usage: cpu ("250m"), memory ("512Mi"), cpu_millicores,
+/// memory_bytes and percentages of allocatable.
 ///
 /// # Errors
-/// "metrics API not available (is metrics-server installed?)" when it is absent.
+/// The node list or the metrics API failing (other than being absent).
 pub async fn nodes(session: &Session) -> Result<Vec<Json>> {
-    let metrics = list_metrics(metrics_api(session, "nodes", "NodeMetrics", None)).await?;
     let nodes = ops::list(session, "nodes", None, None, None).await?;
-    let allocatable = |name: &str| {
-        nodes
-            .iter()
-            .find(|n| n["metadata"]["name"] == name)
-            .map(|n| n["status"]["allocatable"].clone())
-    };
-    let mut out = Vec::with_capacity(metrics.len());
-    for m in &metrics {
-        let name = m["metadata"]["name"].as_str().unwrap_or("");
-        let (cpu, mem) = usage_row(&m["usage"]);
-        let alloc = allocatable(name).unwrap_or(Json::Null);
-        out.push(json!({
+    let metrics = optional_metrics(metrics_api(session, "nodes", "NodeMetrics", None)).await?;
+    let mut out = Vec::with_capacity(nodes.len());
+    for n in &nodes {
+        let name = n["metadata"]["name"].as_str().unwrap_or("");
+        let alloc = &n["status"]["allocatable"];
+        let mut row = json!({
             "name": name,
-            "cpu": format!("{cpu}m"),
-            "memory": mebi(mem),
-            "cpu_millicores": cpu,
-            "memory_bytes": mem,
-            "cpu_percent": percent(cpu, alloc["cpu"].as_str().and_then(cpu_millis)),
-            "memory_percent": percent(mem, alloc["memory"].as_str().and_then(memory_bytes)),
-        }));
+            "capacity": quantity_strings(&n["status"]["capacity"]),
+            "allocatable": quantity_strings(alloc),
+        });
+        let usage = metrics
+            .iter()
+            .flatten()
+            .find(|m| m["metadata"]["name"] == name);
+        if let (Some(m), Some(r)) = (usage, row.as_object_mut()) {
+            let (cpu, mem) = usage_row(&m["usage"]);
+            r.insert("cpu".into(), format!("{cpu}m").into());
+            r.insert("memory".into(), mebi(mem).into());
+            r.insert("cpu_millicores".into(), cpu.into());
+            r.insert("memory_bytes".into(), mem.into());
+            let of_cpu = alloc["cpu"].as_str().and_then(cpu_millis);
+            let of_mem = alloc["memory"].as_str().and_then(memory_bytes);
+            r.insert("cpu_percent".into(), percent(cpu, of_cpu));
+            r.insert("memory_percent".into(), percent(mem, of_mem));
+        }
+        out.push(row);
     }
     out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     Ok(out)
 }
 
-/// Usage per pod (summed over its containers): name, namespace, cpu, memory,
-/// cpu_millicores, memory_bytes; `sort_by` "cpu" or "memory" puts the largest first.
+/// A pod's total request of `resource` over its containers: the one container's own
+/// text when only one asks (as upstream reports it), else the sum in kubectl's units.
+#[allow(clippy::cast_possible_truncation)]
+fn request(pod: &Json, resource: &str) -> String {
+    let asked: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["resources"]["requests"][resource].as_str())
+        .collect();
+    match asked.as_slice() {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        many if resource == "cpu" => {
+            let m: f64 = many.iter().filter_map(|q| cpu_millis(q)).sum();
+            format!("{}m", m.round() as i64)
+        }
+        many => mebi(many.iter().filter_map(|q| memory_bytes(q)).sum::<f64>() as i64),
+    }
+}
+
+/// Per pod, as upstream: name, namespace, status (the phase), cpu_request and
+/// memory_request; with metrics-server also usage summed over its containers (cpu,
+/// memory, cpu_millicores, memory_bytes). `sort_by` "cpu" or "memory" puts the
+/// largest first: by usage when known, else by request.
 ///
 /// # Errors
 /// As [`nodes`], and an unknown `sort_by`.
+#[allow(clippy::cast_possible_truncation)]
 pub async fn pods(session: &Session, namespace: &str, sort_by: &str) -> Result<Vec<Json>> {
-    let key = match sort_by {
-        "" => None,
-        "cpu" => Some("cpu_millicores"),
-        "memory" => Some("memory_bytes"),
-        other => {
-            return Err(Error::Invalid(format!(
-                "sort_by must be \"cpu\" or \"memory\", not {other:?}"
-            )));
-        }
-    };
+    if !matches!(sort_by, "" | "cpu" | "memory") {
+        return Err(Error::Invalid(format!(
+            "sort_by must be \"cpu\" or \"memory\", not {sort_by:?}"
+        )));
+    }
     let ns = (namespace != "*").then_some(namespace);
-    let metrics = list_metrics(metrics_api(session, "pods", "PodMetrics", ns)).await?;
-    let mut out: Vec<Json> = metrics
+    let pods = ops::list(session, "pods", Some(namespace), None, None).await?;
+    let metrics = optional_metrics(metrics_api(session, "pods", "PodMetrics", ns)).await?;
+    let mut out: Vec<Json> = pods
         .iter()
-        .map(|m| {
-            let (mut cpu, mut mem) = (0, 0);
-            for c in m["containers"].as_array().into_iter().flatten() {
-                let (c_cpu, c_mem) = usage_row(&c["usage"]);
-                cpu += c_cpu;
-                mem += c_mem;
+        .map(|p| {
+            let meta = &p["metadata"];
+            let mut row = json!({
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "status": p["status"]["phase"].as_str().unwrap_or(""),
+                "cpu_request": request(p, "cpu"),
+                "memory_request": request(p, "memory"),
+            });
+            let usage = metrics.iter().flatten().find(|m| {
+                m["metadata"]["name"] == meta["name"]
+                    && m["metadata"]["namespace"] == meta["namespace"]
+            });
+            if let (Some(m), Some(r)) = (usage, row.as_object_mut()) {
+                let (mut cpu, mut mem) = (0, 0);
+                for c in m["containers"].as_array().into_iter().flatten() {
+                    let (c_cpu, c_mem) = usage_row(&c["usage"]);
+                    cpu += c_cpu;
+                    mem += c_mem;
+                }
+                r.insert("cpu".into(), format!("{cpu}m").into());
+                r.insert("memory".into(), mebi(mem).into());
+                r.insert("cpu_millicores".into(), cpu.into());
+                r.insert("memory_bytes".into(), mem.into());
             }
-            json!({
-                "name": m["metadata"]["name"],
-                "namespace": m["metadata"]["namespace"],
-                "cpu": format!("{cpu}m"),
-                "memory": mebi(mem),
-                "cpu_millicores": cpu,
-                "memory_bytes": mem,
-            })
+            row
         })
         .collect();
-    match key {
-        Some(k) => out.sort_by_key(|p| std::cmp::Reverse(p[k].as_i64().unwrap_or(0))),
-        None => out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str())),
+    let cpu = sort_by == "cpu";
+    let weight = |p: &Json| -> i64 {
+        let (used, asked) = if cpu {
+            ("cpu_millicores", "cpu_request")
+        } else {
+            ("memory_bytes", "memory_request")
+        };
+        p[used].as_i64().unwrap_or_else(|| {
+            let q = p[asked].as_str().unwrap_or("");
+            let parsed = if cpu { cpu_millis(q) } else { memory_bytes(q) };
+            parsed.unwrap_or(0.0).round() as i64
+        })
+    };
+    if sort_by.is_empty() {
+        out.sort_by(|a, b| {
+            (a["namespace"].as_str(), a["name"].as_str())
+                .cmp(&(b["namespace"].as_str(), b["name"].as_str()))
+        });
+    } else {
+        out.sort_by_key(|p| std::cmp::Reverse(weight(p)));
     }
     Ok(out)
 }
@@ -210,6 +294,24 @@ mod tests {
         assert_eq!(memory_bytes("128Mi"), Some(134_217_728.0));
         assert_eq!(memory_bytes("1G"), Some(1e9));
         assert_eq!(memory_bytes("12Qi"), None);
+    }
+
+    #[test]
+    fn requests_read_as_upstream_and_sum_over_containers() {
+        let one = json!({"spec": {"containers": [
+            {"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}, {}]}});
+        assert_eq!(request(&one, "cpu"), "100m");
+        assert_eq!(request(&one, "memory"), "64Mi");
+        let two = json!({"spec": {"containers": [
+            {"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+            {"resources": {"requests": {"cpu": "0.5", "memory": "1Gi"}}}]}});
+        assert_eq!(request(&two, "cpu"), "600m");
+        assert_eq!(request(&two, "memory"), "1088Mi");
+        assert_eq!(request(&json!({}), "cpu"), "");
+        assert_eq!(
+            quantity_strings(&json!({"cpu": "4", "pods": 110})),
+            json!({"cpu": "4", "pods": "110"})
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::Value as Json;
 use tokio::time::Instant;
 
-use super::ops::{Error, Result, Target};
+use super::ops::{Result, Target};
 use super::session::Session;
 
 /// What to wait for.
@@ -59,10 +59,53 @@ impl Condition {
     }
 }
 
-/// Waits until `condition` holds for the object; returns it (None once deleted).
+/// How a wait ended, as upstream reports it: whether the condition held (`ready`), the
+/// object as last seen (`resource`, None when absent) and a `message`: the matched
+/// condition's own message, or what ran out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waited {
+    pub ready: bool,
+    pub resource: Option<Json>,
+    pub message: String,
+}
+
+impl Waited {
+    /// The `{"ready", "resource", "message"}` dict scripts get.
+    pub fn to_json(&self) -> Json {
+        serde_json::json!({
+            "ready": self.ready,
+            "resource": self.resource,
+            "message": self.message,
+        })
+    }
+}
+
+impl Condition {
+    /// The message of a condition that holds: its status condition's own message.
+    fn message(&self, obj: Option<&Json>) -> String {
+        match (self, obj) {
+            (Condition::Deleted, _) => "resource deleted".into(),
+            (Condition::Type(t), Some(obj)) => obj["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| {
+                    c["type"]
+                        .as_str()
+                        .is_some_and(|ct| ct.eq_ignore_ascii_case(t))
+                })
+                .and_then(|c| c["message"].as_str())
+                .unwrap_or_default()
+                .to_owned(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Waits until `condition` holds for the object or `timeout` passes; running out is an
+/// answer (`ready` False, with the reason), not an error, as upstream has it.
 ///
 /// # Errors
-/// [`Error::Invalid`] naming the object, the condition and the timeout when it runs out;
 /// API errors other than 404.
 pub async fn wait_for(
     session: &Session,
@@ -70,7 +113,7 @@ pub async fn wait_for(
     name: &str,
     condition: &Condition,
     timeout: Duration,
-) -> Result<Option<Json>> {
+) -> Result<Waited> {
     let api = target.api(session);
     let deadline = Instant::now() + timeout;
     let mut interval = Duration::from_millis(100);
@@ -78,18 +121,26 @@ pub async fn wait_for(
         let obj = api
             .get_opt(name)
             .await?
-            .map(|o| serde_json::to_value(o).unwrap_or_default());
+            .map(|o| target.complete(serde_json::to_value(o).unwrap_or_default()));
         if condition.holds(obj.as_ref()) {
-            return Ok(obj.map(|o| target.complete(o)));
+            return Ok(Waited {
+                ready: true,
+                message: condition.message(obj.as_ref()),
+                resource: obj,
+            });
         }
         let now = Instant::now();
         if now >= deadline {
-            return Err(Error::Invalid(format!(
-                "timed out after {} waiting for {} {name:?} {}",
-                crate::duration::format(timeout),
-                target.display_name(),
-                condition.describe()
-            )));
+            return Ok(Waited {
+                ready: false,
+                resource: obj,
+                message: format!(
+                    "timed out after {} waiting for {} {name:?} {}",
+                    crate::duration::format(timeout),
+                    target.display_name(),
+                    condition.describe()
+                ),
+            });
         }
         tokio::time::sleep(interval.min(deadline - now)).await;
         interval = (interval * 3 / 2).min(Duration::from_secs(2));
@@ -110,5 +161,22 @@ mod tests {
         assert!(Condition::parse(None).holds(Some(&obj)));
         assert!(Condition::parse(Some("delete")).holds(None));
         assert!(!Condition::parse(Some("Available")).holds(None));
+    }
+
+    #[test]
+    fn a_held_condition_reports_its_message() {
+        let obj = json!({"status": {"conditions": [{"type": "Available", "status": "True", "message": "has minimum availability"}]}});
+        let c = Condition::parse(Some("available"));
+        assert_eq!(c.message(Some(&obj)), "has minimum availability");
+        assert_eq!(Condition::Deleted.message(None), "resource deleted");
+        let w = Waited {
+            ready: false,
+            resource: None,
+            message: "timed out".into(),
+        };
+        assert_eq!(
+            w.to_json(),
+            json!({"ready": false, "resource": null, "message": "timed out"})
+        );
     }
 }

@@ -367,7 +367,8 @@ pub(super) fn workload_methods(builder: &mut MethodsBuilder) {
         Ok(finish_write(&call, eval, &out))
     }
 
-    /// A kubectl-describe-like text of one object, with its events.
+    /// One object as upstream describes it: `resource`, `conditions` and `events`, plus
+    /// `text`, a kubectl-describe-like rendering of them.
     fn describe<'v>(
         #[starlark(this)] this: Value<'v>,
         kind: &str,
@@ -375,13 +376,14 @@ pub(super) fn workload_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
         eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<String> {
+    ) -> anyhow::Result<Value<'v>> {
         let call = Call::new(eval, this, "describe", timeout)?;
-        call.run(super::describe::describe(
+        let out = call.run(super::describe::describe(
             &call.session,
             kind,
             name,
             opt(namespace),
-        ))
+        ))?;
+        Ok(to_starlark(eval.heap(), &out))
     }
 }

@@ -7,7 +7,7 @@
 //! # Caveats
 //! A key shadows a dict method of the same name: a List object's `.items` is its items,
 //! not the `items()` method. Use `[(k, obj[k]) for k in obj]` to get the pairs then.
-//! `dict(obj)` does not accept an AttrDict; `{k: obj[k] for k in obj}` copies one.
+//! `dict(obj)` does not accept an AttrDict; `obj.to_dict()` (upstream's) copies one.
 
 use std::fmt::{self, Display};
 
@@ -15,10 +15,13 @@ use allocative::Allocative;
 use starlark::any::ProvidesStaticType;
 use starlark::coerce::Coerce;
 use starlark::collections::StarlarkHasher;
+use starlark::eval::{Arguments, Evaluator};
 use starlark::starlark_complex_value;
-use starlark::values::dict::DictRef;
+use starlark::values::dict::{AllocDict, DictRef};
+use starlark::values::list::{AllocList, ListRef};
 use starlark::values::{
-    Freeze, Heap, StarlarkValue, Trace, Value, ValueLifetimeless, ValueLike, starlark_value,
+    Freeze, Heap, NoSerialize, StarlarkValue, Trace, Value, ValueLifetimeless, ValueLike,
+    starlark_value,
 };
 
 /// The dict methods that an AttrDict exposes when no key of the same name exists.
@@ -33,6 +36,9 @@ const DICT_METHODS: &[&str] = &[
     "update",
     "values",
 ];
+
+/// Upstream's AttrDict method with no dict counterpart: `obj.to_dict()`.
+const TO_DICT: &str = "to_dict";
 
 /// A Starlark dict with attribute access. `dict` always points to a Starlark `dict`.
 #[derive(Clone, Debug, Trace, Coerce, Freeze, ProvidesStaticType, Allocative)]
@@ -101,12 +107,16 @@ where
         if DICT_METHODS.contains(&attribute) {
             return dict.get_attr(attribute, heap).ok().flatten();
         }
+        if attribute == TO_DICT {
+            return Some(heap.alloc_complex(ToDict { dict }));
+        }
         Some(Value::new_none())
     }
 
     fn has_attr(&self, attribute: &str, _heap: Heap<'v>) -> bool {
         DictRef::from_value(self.dict.to_value()).is_some_and(|d| d.get_str(attribute).is_some())
             || DICT_METHODS.contains(&attribute)
+            || attribute == TO_DICT
     }
 
     fn dir_attr(&self) -> Vec<String> {
@@ -118,6 +128,7 @@ where
             })
             .unwrap_or_default();
         names.extend(DICT_METHODS.iter().map(|m| (*m).to_owned()));
+        names.push(TO_DICT.to_owned());
         names
     }
 
@@ -156,6 +167,54 @@ where
     }
 }
 
+/// `obj.to_dict` bound to its object: calling it gives a deep copy made of plain dicts
+/// and lists, for code that wants `type(x) == "dict"` (upstream's `to_dict()`).
+#[derive(Clone, Debug, Trace, Coerce, Freeze, ProvidesStaticType, Allocative, NoSerialize)]
+#[repr(C)]
+pub struct ToDictGen<V: ValueLifetimeless> {
+    dict: V,
+}
+
+starlark_complex_value!(pub ToDict);
+
+impl<'v, V: ValueLike<'v>> Display for ToDictGen<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<bound method to_dict of AttrDict>")
+    }
+}
+
+#[starlark_value(type = "function")]
+impl<'v, V: ValueLike<'v>> StarlarkValue<'v> for ToDictGen<V>
+where
+    Self: ProvidesStaticType<'v>,
+{
+    fn invoke(
+        &self,
+        _me: Value<'v>,
+        args: &Arguments<'v, '_>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        args.no_named_args()?;
+        args.no_positional_args(eval.heap())?;
+        Ok(plain(self.dict.to_value(), eval.heap()))
+    }
+}
+
+/// `v` with every AttrDict and dict copied to a plain dict and every list copied.
+fn plain<'v>(v: Value<'v>, heap: Heap<'v>) -> Value<'v> {
+    let v = AttrDict::dict_of(v).unwrap_or(v);
+    if let Some(d) = DictRef::from_value(v) {
+        let pairs: Vec<(Value<'v>, Value<'v>)> =
+            d.iter().map(|(k, x)| (k, plain(x, heap))).collect();
+        return heap.alloc(AllocDict(pairs));
+    }
+    if let Some(l) = ListRef::from_value(v) {
+        let items: Vec<Value<'v>> = l.iter().map(|x| plain(x, heap)).collect();
+        return heap.alloc(AllocList(items));
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use crate::script::builtins::testing::eval;
@@ -191,6 +250,20 @@ mod tests {
             obj("o['nope']").starts_with("error:"),
             "brackets keep dict semantics"
         );
+    }
+
+    #[test]
+    fn to_dict_gives_plain_dicts_all_the_way_down() {
+        assert_eq!(
+            obj("d = o.to_dict()\n[type(d), type(d['spec']), type(d['spec']['containers'][0])]"),
+            "[\"dict\", \"dict\", \"dict\"]"
+        );
+        assert_eq!(
+            obj("d = o.to_dict()\nd['metadata']['name'] = 'x'\no.metadata.name"),
+            "\"web\""
+        );
+        assert_eq!(obj("o == o.to_dict()"), "True");
+        assert!(obj("o.to_dict(1)").starts_with("error:"));
     }
 
     #[test]

@@ -266,6 +266,16 @@ fn env_var(a: &Args) -> Result<Json> {
     Ok(e.into())
 }
 
+/// A source given as its own API fields, as upstream's examples write them
+/// (`config_map={"name": "cm"}`, `pvc={"claimName": "data"}`): a dict that is not an
+/// object (no `metadata`), taken as-is.
+fn own_fields(a: &Args, key: &str) -> Option<Json> {
+    match a.json(key) {
+        Some(d @ Json::Object(m)) if !m.contains_key("metadata") => Some(camelize(d)),
+        _ => None,
+    }
+}
+
 fn volume(a: &Args) -> Result<Json> {
     let mut v = Obj::new();
     v.insert("name".into(), a.req_str("name")?.into());
@@ -279,10 +289,14 @@ fn volume(a: &Args) -> Result<Json> {
         s.put("optional", a.bool("optional")?);
         Ok(s.into())
     };
-    if let Some(name) = a.name_ref("config_map")? {
+    if let Some(src) = own_fields(a, "config_map") {
+        sources.push(("config_map", "configMap", src));
+    } else if let Some(name) = a.name_ref("config_map")? {
         sources.push(("config_map", "configMap", projection("name", name)?));
     }
-    if let Some(name) = a.name_ref("secret")? {
+    if let Some(src) = own_fields(a, "secret") {
+        sources.push(("secret", "secret", src));
+    } else if let Some(name) = a.name_ref("secret")? {
         sources.push(("secret", "secret", projection("secretName", name)?));
     }
     match a.json("empty_dir") {
@@ -310,7 +324,9 @@ fn volume(a: &Args) -> Result<Json> {
     }
     // `pvc` and `claim_name` are upstream's spellings of `persistent_volume_claim`.
     for key in ["persistent_volume_claim", "pvc", "claim_name"] {
-        if let Some(claim) = a.name_ref(key)? {
+        if let Some(src) = own_fields(a, key) {
+            sources.push((key, "persistentVolumeClaim", src));
+        } else if let Some(claim) = a.name_ref(key)? {
             let mut c = Obj::new();
             c.insert("claimName".into(), claim.into());
             c.put("readOnly", a.bool("read_only")?);

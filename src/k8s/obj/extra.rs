@@ -1,4 +1,4 @@
-//! The ingress and lease builders.
+//! The ingress builders (ingress, ingress_rule, ingress_path) and lease.
 
 use anyhow::Result;
 use serde_json::{Value as Json, json};
@@ -24,6 +24,20 @@ pub(super) const INGRESS: Builder = Builder {
     ],
     positional: Some("name"),
     build: ingress,
+};
+
+pub(super) const INGRESS_RULE: Builder = Builder {
+    name: "ingress_rule",
+    keywords: &["host", "paths"],
+    positional: Some("host"),
+    build: ingress_rule,
+};
+
+pub(super) const INGRESS_PATH: Builder = Builder {
+    name: "ingress_path",
+    keywords: &["path", "path_type", "backend"],
+    positional: Some("path"),
+    build: ingress_path,
 };
 
 pub(super) const LEASE: Builder = Builder {
@@ -83,6 +97,35 @@ fn ingress(a: &Args) -> Result<Json> {
     let mut m = manifest("networking.k8s.io/v1", "Ingress", a.metadata(None)?);
     m.insert("spec".into(), spec.into());
     Ok(m.into())
+}
+
+/// One rule for `ingress(rules = [...])`: `host` and its `paths`, a list of
+/// `ingress_path`s or, as upstream writes it, the rule's `http` dict (`{"paths": [...]}`).
+fn ingress_rule(a: &Args) -> Result<Json> {
+    let mut rule = serde_json::Map::new();
+    rule.put("host", a.str("host")?);
+    let http = match a.json("paths") {
+        None => None,
+        Some(Json::Array(_)) => Some(json!({ "paths": a.api_objs("paths")? })),
+        Some(Json::Object(_)) => a.api_obj("paths")?,
+        Some(_) => return Err(a.err("paths", "must be a list of paths or a dict")),
+    };
+    rule.put("http", http);
+    Ok(rule.into())
+}
+
+/// One path of an ingress rule: `path`, `path_type` (default "Prefix") and `backend`.
+fn ingress_path(a: &Args) -> Result<Json> {
+    let mut p = serde_json::Map::new();
+    p.insert("path".into(), a.req_str("path")?.into());
+    p.insert(
+        "pathType".into(),
+        a.str("path_type")?
+            .unwrap_or_else(|| "Prefix".into())
+            .into(),
+    );
+    p.insert("backend".into(), a.req("backend", a.api_obj("backend"))?);
+    Ok(p.into())
 }
 
 /// A coordination.k8s.io Lease; times are RFC 3339 strings with microseconds.

@@ -16,6 +16,7 @@ mod dra;
 mod extra;
 mod gateway;
 mod policy;
+mod quota;
 mod rbac;
 mod storage;
 #[cfg(test)]
@@ -67,7 +68,12 @@ const ALL: &[&Builder] = &[
     &rbac::CLUSTER_ROLE_BINDING,
     &rbac::SUBJECT,
     &extra::INGRESS,
+    &extra::INGRESS_RULE,
+    &extra::INGRESS_PATH,
     &extra::LEASE,
+    &quota::LIMIT_RANGE,
+    &quota::LIMIT_RANGE_ITEM,
+    &quota::RESOURCE_QUOTA,
     &crd::CRD,
     &policy::POD_DISRUPTION_BUDGET,
     &policy::PDB,
@@ -205,8 +211,18 @@ builtins! {
     subject => rbac::SUBJECT;
     /// A networking.k8s.io/v1 Ingress.
     ingress => extra::INGRESS;
+    /// A rule for `ingress(rules = [...])`: a host and its paths.
+    ingress_rule => extra::INGRESS_RULE;
+    /// A path for `ingress_rule(paths = [...])`, routed to a `backend`.
+    ingress_path => extra::INGRESS_PATH;
     /// A coordination.k8s.io/v1 Lease.
     lease => extra::LEASE;
+    /// A v1 LimitRange of `limit_range_item`s.
+    limit_range => quota::LIMIT_RANGE;
+    /// One entry for `limit_range(limits = [...])`: bounds and defaults for a `type`.
+    limit_range_item => quota::LIMIT_RANGE_ITEM;
+    /// A v1 ResourceQuota of `hard` limits.
+    resource_quota => quota::RESOURCE_QUOTA;
     /// An apiextensions.k8s.io/v1 CustomResourceDefinition named `<plural>.<group>`.
     crd => crd::CRD;
     /// A policy/v1 PodDisruptionBudget.

@@ -276,6 +276,11 @@ pub(super) fn base_args(builder: &str) -> &'static str {
             r#"name = "a", schedule = "* * * * *", containers = [{"name": "c", "image": "i"}]"#
         }
         "container" => r#"name = "c", image = "i""#,
+        "ingress_path" => {
+            r#"path = "/", backend = {"service": {"name": "s", "port": {"number": 80}}}"#
+        }
+        "ingress_rule" => r#"host = "h""#,
+        "limit_range_item" => r#"type = "Container""#,
         "container_port" => "container_port = 80",
         "volume_mount" => r#"name = "v", mount_path = "/m""#,
         "service_port" => "port = 80",

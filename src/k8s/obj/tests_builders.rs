@@ -260,6 +260,20 @@ j = obj.job("j", containers = [obj.container("c", image = "i")])
 }
 
 #[test]
+fn cron_job_history_limits_under_upstream_names() {
+    let c = r#"containers = [obj.container("c", image = "i")]"#;
+    let v = ok(&format!(
+        r#"obj.cron_job("cj", schedule = "@daily", history_limit = 3, failed_history = 1, {c})"#
+    ));
+    assert_eq!(v["spec"]["successfulJobsHistoryLimit"], 3);
+    assert_eq!(v["spec"]["failedJobsHistoryLimit"], 1);
+    let both = err(&format!(
+        r#"obj.cron_job("cj", schedule = "@daily", history_limit = 3, successful_jobs_history_limit = 2, {c})"#
+    ));
+    assert!(both.contains("not both"), "{both}");
+}
+
+#[test]
 fn bindings_take_role_ref_and_subjects() {
     let v = ok(r#"
 cr = obj.cluster_role("reader", rules = [obj.policy_rule(resources = ["pods"], verbs = ["get"])])
@@ -363,4 +377,71 @@ fn new_builders_survive_odd_nested_values() {
         v["spec"]["parametersRef"],
         json!({ "aB": 1, "a": 2, "_x": 3, "labels": { "k_k": "v" } })
     );
+}
+
+#[test]
+fn ingress_rule_and_path_as_upstream_writes_them() {
+    let v = ok(r#"
+p = obj.ingress_path(path = "/api", backend = {"service": {"name": "api", "port": {"number": 8080}}})
+r = obj.ingress_rule(host = "app.test", paths = {"paths": [p]})
+[obj.ingress("web", rules = [r], tls = []), obj.ingress_rule(paths = [p])]
+"#);
+    let rule = &v[0]["spec"]["rules"][0];
+    assert_eq!(rule["host"], "app.test");
+    assert_eq!(
+        rule["http"]["paths"][0],
+        json!({
+            "path": "/api", "pathType": "Prefix",
+            "backend": { "service": { "name": "api", "port": { "number": 8080 } } },
+        })
+    );
+    assert_eq!(v[1]["http"]["paths"][0]["path"], "/api");
+    assert!(err(r#"obj.ingress_path(path = "/")"#).contains("\"backend\""));
+}
+
+#[test]
+fn limit_range_and_resource_quota() {
+    let v = ok(r#"
+item = obj.limit_range_item(type = "Container", default = {"cpu": "500m"},
+    default_request = {"memory": "128Mi"}, max_limit_request_ratio = {"cpu": 4})
+[obj.limit_range("l", namespace = "n", limits = [item]),
+ obj.resource_quota("q", hard = {"pods": "20", "requests.cpu": 4}, scopes = ["NotTerminating"])]
+"#);
+    assert_eq!(v[0]["kind"], "LimitRange");
+    assert_eq!(
+        v[0]["spec"]["limits"][0],
+        json!({
+            "type": "Container", "default": { "cpu": "500m" },
+            "defaultRequest": { "memory": "128Mi" }, "maxLimitRequestRatio": { "cpu": "4" },
+        })
+    );
+    assert_eq!(
+        v[1]["spec"],
+        json!({ "hard": { "pods": "20", "requests.cpu": "4" }, "scopes": ["NotTerminating"] })
+    );
+    let e = err(r#"obj.resource_quota("q", hard = {"pods": [1]})"#);
+    assert!(
+        e.contains("pods") && e.contains("must be a quantity"),
+        "{e}"
+    );
+}
+
+#[test]
+fn volume_sources_given_as_their_own_fields() {
+    let v = ok(r#"
+[obj.volume(name = "c", config_map = {"name": "cm", "default_mode": 420}),
+ obj.volume(name = "d", pvc = {"claimName": "data"}),
+ obj.volume(name = "s", secret = {"secretName": "tls"}),
+ obj.volume(name = "e", config_map = {"metadata": {"name": "from-object"}})]
+"#);
+    assert_eq!(
+        v[0]["configMap"],
+        json!({ "name": "cm", "defaultMode": 420 })
+    );
+    assert_eq!(
+        v[1]["persistentVolumeClaim"],
+        json!({ "claimName": "data" })
+    );
+    assert_eq!(v[2]["secret"], json!({ "secretName": "tls" }));
+    assert_eq!(v[3]["configMap"], json!({ "name": "from-object" }));
 }

@@ -122,6 +122,9 @@ pub(super) const CRON_JOB: Builder = Builder {
         "starting_deadline_seconds",
         "successful_jobs_history_limit",
         "failed_jobs_history_limit",
+        // Upstream's own names for the two limits above.
+        "history_limit",
+        "failed_history",
         "backoff_limit",
         "completions",
         "parallelism",
@@ -368,6 +371,14 @@ fn job(a: &Args) -> Result<Json> {
     Ok(m.into())
 }
 
+/// An int given under either of two names for the same field (not both).
+fn either(a: &Args, long: &str, short: &str) -> Result<Option<i64>> {
+    if a.has(long) && a.has(short) {
+        return Err(a.fail(&format!("give {long} or {short}, not both")));
+    }
+    Ok(a.int(long)?.or(a.int(short)?))
+}
+
 fn cron_job(a: &Args) -> Result<Json> {
     let l = labels(a)?;
     let mut s = Obj::new();
@@ -381,11 +392,11 @@ fn cron_job(a: &Args) -> Result<Json> {
     );
     s.put(
         "successfulJobsHistoryLimit",
-        a.int("successful_jobs_history_limit")?,
+        either(a, "successful_jobs_history_limit", "history_limit")?,
     );
     s.put(
         "failedJobsHistoryLimit",
-        a.int("failed_jobs_history_limit")?,
+        either(a, "failed_jobs_history_limit", "failed_history")?,
     );
     let job = match a.object("job_template")? {
         Some(t) => {

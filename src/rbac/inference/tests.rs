@@ -359,6 +359,7 @@ fn node_and_metrics_calls() {
             "cluster /pods: get,list",
             "cluster /pods/eviction: create",
             "cluster metrics.k8s.io/nodes: list",
+            "namespace team /pods: list",
             "namespace team metrics.k8s.io/pods: list",
         ]
     );

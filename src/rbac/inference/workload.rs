@@ -83,7 +83,10 @@ pub(super) fn needs(
             (On::Metrics("nodes"), &["list"]),
             (On::Fixed("nodes", ""), &["list"]),
         ],
-        "top_pods" => vec![(On::Metrics("pods"), &["list"])],
+        "top_pods" => vec![
+            (On::Metrics("pods"), &["list"]),
+            (On::Fixed("pods", ""), &["list"]),
+        ],
         _ => return None,
     })
 }

@@ -1,5 +1,6 @@
 //! `os`: environment variables, process facts and running programs, as upstream
-//! Starkite's module, plus its `exec`/`try_exec`/`hostname`/`cwd` globals.
+//! Starkite's module, plus its `exec`/`try_exec`/`hostname`/`cwd`/`env`/`setenv`
+//! globals.
 //!
 //! Several scripts share kite's process (the operator hosts many), so nothing here
 //! changes the process itself: `os.setenv` and `os.chdir` write a per-run [`Overlay`]
@@ -459,9 +460,28 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
 }
 
 /// The `os` functions upstream also predeclares as globals: `exec`, `try_exec`,
-/// `hostname`, `cwd`.
+/// `hostname`, `cwd`, `env`, `setenv`.
 #[starlark_module]
 pub fn os_globals(builder: &mut GlobalsBuilder) {
+    /// `os.env`: an environment variable (needs `--allow-env`), or `default`.
+    fn env(
+        #[starlark(require = pos)] name: &str,
+        #[starlark(default = "")] default: &str,
+        eval: &mut Evaluator<'_, '_, '_>,
+    ) -> anyhow::Result<String> {
+        getenv(eval, name, default)
+    }
+
+    /// `os.setenv`: sets a variable for the rest of the script (needs `--allow-env`).
+    fn setenv(
+        #[starlark(require = pos)] name: &str,
+        #[starlark(require = pos)] value: &str,
+        eval: &mut Evaluator<'_, '_, '_>,
+    ) -> anyhow::Result<NoneType> {
+        setenv(eval, name, value)?;
+        Ok(NoneType)
+    }
+
     /// `os.exec`: runs a program (needs `--allow-exec`) and returns its stdout.
     #[allow(clippy::too_many_arguments)] // upstream's signature
     fn exec<'v>(

@@ -27,6 +27,18 @@ fn env_reads_the_overlay_without_touching_the_process() {
 }
 
 #[test]
+fn env_and_setenv_are_also_globals() {
+    let out = eval_permitted(
+        Permissions::only(Access::Env),
+        "setenv('KITE_OS_GLOBAL_VAR', 'g')\n[env('KITE_OS_GLOBAL_VAR'), os.env('KITE_OS_GLOBAL_VAR'), env('KITE_OS_UNSET', 'd')]",
+    )
+    .unwrap();
+    assert_eq!(out, r#"["g", "g", "d"]"#);
+    let e = eval("env('HOME')").unwrap_err();
+    assert!(e.contains("allow-env"), "{e}");
+}
+
+#[test]
 fn env_needs_allow_env() {
     let e = eval("os.env('HOME')").unwrap_err();
     assert!(
