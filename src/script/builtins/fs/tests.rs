@@ -1,3 +1,5 @@
+//! Tests of the `fs` module: each function's success, its error and its denial without --allow-fs.
+
 use crate::script::builtins::testing::{eval, eval_allowing, eval_permitted};
 use crate::script::permissions::{Access, Permissions};
 

@@ -1,3 +1,5 @@
+//! Tests of the `os` module: the env overlay, exec and its limits, and each permission.
+
 use crate::script::builtins::testing::{eval, eval_allowing, eval_permitted};
 use crate::script::permissions::{Access, Permissions};
 
