@@ -217,3 +217,46 @@ async fn a_cluster_starlark_controller_reaches_across_namespaces() {
     })
     .await;
 }
+
+/// A hosted script gets the cluster and nothing else: running programs, reading the
+/// environment, the filesystem and the network are refused, whatever it tries, and
+/// nothing runs.
+#[tokio::test]
+async fn a_hosted_script_cannot_exec_read_files_env_or_the_network() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("slc-abuse").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(WIDE_CEILING).await;
+    let mut op = Operator::start(ns, &ceiling).await;
+    let marker = std::env::temp_dir().join(format!("kite-hosted-abuse-{ns}"));
+    let script = format!(
+        r#"def show(what, r):
+    print("abuse %s: %s" % (what, r.error if not r.ok else "ALLOWED"))
+
+show("exec", try_exec("touch", ["{marker}"]))
+show("env", os.try_env("HOME"))
+show("file", fs.path("/etc/hostname").try_read_text())
+show("http", http.try_get("http://127.0.0.1:1/"))
+
+def reconcile(cm):
+    pass
+
+k8s.control("configmaps", reconcile = reconcile)
+"#,
+        marker = marker.display()
+    );
+    apply_slc(ns, "abuse", json!({"script": script})).await;
+    for (what, flag) in [
+        ("exec", "--allow-exec"),
+        ("env", "--allow-env"),
+        ("file", "--allow-fs"),
+        ("http", "--allow-net"),
+    ] {
+        let line = op.kite.wait_stdout(&format!("abuse {what}: "), T).await;
+        assert!(
+            line.contains("permission denied") && line.contains(flag),
+            "{what}: {line}"
+        );
+    }
+    assert!(!marker.exists(), "the hosted script ran a program");
+}
