@@ -16,6 +16,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a Starlark script.
     Run(RunArgs),
+    /// Run the `test_*` functions of `*_test.star` files.
+    Test(TestArgs),
     /// Parse and lint a script without running it.
     Check {
         /// The script to check.
@@ -269,6 +271,43 @@ pub struct RunArgs {
     pub health_bind: std::net::IpAddr,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Test files, and directories searched recursively for `*_test.star` (default: .).
+    pub paths: Vec<PathBuf>,
+    /// Run only tests whose name contains PATTERN.
+    #[arg(short = 'k', long = "run", value_name = "PATTERN")]
+    pub filter: Option<String>,
+    /// Print one JSON document with every test's result instead of lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the results as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Show each test's duration, and what passing tests printed.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Test files run at once (default: one per CPU).
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: Option<u16>,
+    /// A test running longer than this (top level, setup, test, teardown) fails.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// The memory one test may use, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(16..=1048576))]
+    pub script_memory: u32,
+    /// A script variable, read with var_str/var_int/var_bool/var_float (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// A YAML file of script variables; --var values override it (repeatable).
+    #[arg(long = "var-file", value_name = "FILE")]
+    pub var_files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// What a script may reach outside the process; nothing unless allowed.

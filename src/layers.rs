@@ -14,6 +14,7 @@ const RULES: &[(&str, &[&str])] = &[
             "artifacts",
             "http",
             "cli",
+            "tester",
         ],
     ),
     (
@@ -25,6 +26,10 @@ const RULES: &[(&str, &[&str])] = &[
         &["library", "operator", "rbac", "artifacts", "cli"],
     ),
     ("rbac", &["library", "operator", "artifacts", "cli"]),
+    (
+        "tester",
+        &["control", "operator", "rbac", "artifacts", "http", "cli"],
+    ),
 ];
 
 /// The modules of the crate root that `text` names: `crate::x`, and `crate::{x, y}`.

@@ -22,6 +22,8 @@
 //!   admission webhook that checks each author and signs approvals, generated
 //!   identities within a ceiling, impersonation, hosted controllers.
 //! - `rbac`: least-privilege RBAC inferred from a script (`kite kube rbac`).
+//! - `tester`: `kite test`: discovery of `*_test.star` files, the assertion builtins,
+//!   fresh modules per test, parallel files, diffs, text/JSON/JUnit reports.
 //! - `http`: the health and metrics server (hyper), and the connection loop the
 //!   operator's webhook shares.
 //! - `artifacts`: the manifests and Dockerfile that deploy a script
@@ -71,6 +73,7 @@ mod operator;
 mod rbac;
 mod script;
 mod signal;
+mod tester;
 mod tls;
 mod version;
 
@@ -91,6 +94,7 @@ pub use script::run::{Finished, run as run_script};
 pub use script::vars::Vars;
 pub use signal::shutdown_signal;
 pub use starlark::environment::FrozenModule;
+pub use tester::{Options as TestOptions, run as run_tests};
 pub use version::version_line;
 
 // The binary: `kite kube`.

@@ -7,26 +7,29 @@
 
 use std::sync::OnceLock;
 
-use crate::script::library::Library;
+use crate::script::library::{Builder, Library};
 use crate::{control, k8s};
 
 /// The composed library, built once.
 pub fn library() -> &'static Library {
     static LIBRARY: OnceLock<Library> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        // Before any client value is used: the method table is fixed on first use.
-        k8s::module::extend_methods(|methods| {
-            control::request::control_method(methods);
-            control::webhook::webhook_method(methods);
-        });
-        Library::builder()
-            .globals(k8s::module::register)
-            .module("k8s", k8s::module::loadable)
-            .signatures(k8s::module::signatures)
-            .signatures(control::request::signatures)
-            .signatures(control::webhook::signatures)
-            .build()
-    })
+    LIBRARY.get_or_init(|| builder().build())
+}
+
+/// The composed library, still open for a command to add its own globals (`kite test`
+/// adds the assertions).
+pub fn builder() -> Builder {
+    // Before any client value is used: the method table is fixed on first use.
+    k8s::module::extend_methods(|methods| {
+        control::request::control_method(methods);
+        control::webhook::webhook_method(methods);
+    });
+    Library::builder()
+        .globals(k8s::module::register)
+        .module("k8s", k8s::module::loadable)
+        .signatures(k8s::module::signatures)
+        .signatures(control::request::signatures)
+        .signatures(control::webhook::signatures)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use kite::cli::{
-    Cli, Command, InferArgs, KubeCommand, LogFormat, OperatorArgs, OutputFormat, RunArgs,
+    Cli, Command, InferArgs, KubeCommand, LogFormat, OperatorArgs, OutputFormat, RunArgs, TestArgs,
 };
 use kite::{ControlRequest, Finished, Handlers, Host, KubeOptions, Vars, library};
 
@@ -41,6 +41,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Test(args) => test(args),
         Command::Operator(args) => operator(args),
         Command::Crd => match kite::crd_yaml() {
             Ok(yaml) => {
@@ -307,6 +308,39 @@ fn run(args: RunArgs) -> ExitCode {
     drop(host);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     code
+}
+
+/// `kite test`: exit code 1 when a test failed, 2 when the run could not be done.
+fn test(args: TestArgs) -> ExitCode {
+    for warning in args.permissions.warnings() {
+        eprintln!("{warning}");
+    }
+    let options = kite::TestOptions {
+        paths: args.paths,
+        filter: args.filter,
+        permissions: args.permissions.resolve(),
+        vars: args.vars,
+        var_files: args.var_files,
+        kube: KubeOptions {
+            kubeconfig: args.cluster.kubeconfig,
+            context: args.cluster.context,
+            dry_run: false,
+        },
+        json: args.json,
+        junit: args.junit,
+        verbose: args.verbose,
+        parallel: args.parallel.map(usize::from),
+        timeout: args.timeout,
+        memory: (args.script_memory as usize) << 20,
+    };
+    match kite::run_tests(&options, &mut std::io::stdout()) {
+        Ok(totals) if totals.failed > 0 => ExitCode::FAILURE,
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 /// `kite run` of a script that called `k8s.webhook(...)` (and maybe `k8s.control(...)`).

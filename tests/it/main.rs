@@ -29,4 +29,5 @@ mod starlark_controller_crd;
 mod staticsite;
 mod tenancy;
 mod tenant_bombs;
+mod tester;
 mod webhook;
