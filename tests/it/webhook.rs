@@ -296,3 +296,58 @@ async fn one_script_serves_a_webhook_and_runs_a_controller() {
 async fn a_controller_declared_first_still_gets_its_webhook() {
     webhook_and_controller("tests/scripts/webhook/combined_control_first.star").await;
 }
+
+/// POSTs `body` to the webhook with curl (no API server in between, as an attacker on
+/// the network would): the HTTP status and the response text.
+async fn post(url: &str, body: Vec<u8>) -> (String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new("curl")
+        .args(["-sk", "--max-time", "20", "-w", "\n%{http_code}", "-H"])
+        .args(["content-type: application/json", "--data-binary", "@-", url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl runs");
+    let mut stdin = child.stdin.take().unwrap();
+    // A server that stops reading early closes the pipe; that is an answer too.
+    let _ = stdin.write_all(&body).await;
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_owned(), body.to_owned())
+}
+
+/// Whatever reaches the port: garbage, a body over the 4 MiB cap, and JSON nested past
+/// any sane depth are refused with 400 at once; the server keeps answering real reviews.
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_huge_and_deep_bodies_are_refused_and_serving_goes_on() {
+    let served = serving_127();
+    let port = free_port();
+    let mut kite = spawn("tests/scripts/webhook/replicas.star", port, &served, &[]);
+    kite.wait_stdout(
+        &format!("k8s.webhook: serving https://127.0.0.1:{port}/deployments"),
+        T,
+    )
+    .await;
+    let url = format!("https://127.0.0.1:{port}/deployments");
+    let (code, text) = post(&url, b"{not json".to_vec()).await;
+    assert_eq!(code, "400", "garbage: {text}");
+    assert!(text.contains("not an AdmissionReview"), "{text}");
+    let mut huge = br#"{"request": {"object": {"pad": ""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'x', 5 << 20));
+    huge.extend(br#""}}}"#);
+    let (code, text) = post(&url, huge).await;
+    assert_eq!(code, "400", "5 MiB body: {text}");
+    assert!(text.contains("length limit"), "{text}");
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let (code, text) = post(&url, deep.into_bytes()).await;
+    assert_eq!(code, "400", "deep nesting: {text}");
+    let review = r#"{"request": {"uid": "u1", "operation": "CREATE", "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {}}, "spec": {"replicas": 9}}}}"#;
+    let (code, text) = post(&url, review.as_bytes().to_vec()).await;
+    assert_eq!(code, "200", "{text}");
+    assert!(
+        text.contains(r#""allowed":false"#) && text.contains("max 3 replicas, CREATE asked for 9"),
+        "{text}"
+    );
+}

@@ -32,6 +32,23 @@ pub(crate) struct Spec {
 
 impl Spec {
     /// `body` padded to the width: spaces (left or right), or zeros after the sign.
+    /// Reads the flags after a `%` (`- + # 0` and space), leaving width and precision.
+    pub(crate) fn flags(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Self {
+        let mut spec = Spec::default();
+        while let Some(&f) = chars.peek() {
+            match f {
+                '-' => spec.minus = true,
+                '+' => spec.plus = true,
+                '#' => spec.sharp = true,
+                ' ' => spec.space = true,
+                '0' => spec.zero = true,
+                _ => break,
+            }
+            chars.next();
+        }
+        spec
+    }
+
     pub(crate) fn pad(&self, body: &str, numeric: bool) -> String {
         let len = body.chars().count();
         let Some(width) = self.width.filter(|w| *w > len) else {
@@ -189,18 +206,7 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             out.push(c);
             continue;
         }
-        let mut spec = Spec::default();
-        while let Some(&f) = chars.peek() {
-            match f {
-                '-' => spec.minus = true,
-                '+' => spec.plus = true,
-                '#' => spec.sharp = true,
-                ' ' => spec.space = true,
-                '0' => spec.zero = true,
-                _ => break,
-            }
-            chars.next();
-        }
+        let mut spec = Spec::flags(&mut chars);
         let mut number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
             if chars.peek() == Some(&'*') {
                 chars.next();

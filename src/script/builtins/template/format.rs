@@ -187,18 +187,7 @@ pub fn sprintf(format: &str, args: &[Data]) -> String {
             out.push(c);
             continue;
         }
-        let mut spec = Spec::default();
-        while let Some(&f) = chars.peek() {
-            match f {
-                '-' => spec.minus = true,
-                '+' => spec.plus = true,
-                '#' => spec.sharp = true,
-                ' ' => spec.space = true,
-                '0' => spec.zero = true,
-                _ => break,
-            }
-            chars.next();
-        }
+        let mut spec = Spec::flags(&mut chars);
         let mut number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
             if chars.peek() == Some(&'*') {
                 chars.next();
