@@ -30,6 +30,7 @@ unit-test:
 ## builds kite, checks formatting and lints, and runs unit and integration tests.
 test: cluster-up build lint
 	$(CARGO) test --locked --lib --bins --tests
+	target/debug/kite test examples/
 
 ## The seed's walkthrough: the max-replicas controller correcting a drifted deployment.
 demo: cluster-up build

@@ -16,6 +16,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a Starlark script.
     Run(RunArgs),
+    /// Run a controller and restart it in place whenever the script or a file it loads
+    /// changes, showing each reconcile and what it wrote.
+    #[command(alias = "watch")]
+    Dev(DevArgs),
     /// Run the `test_*` functions of `*_test.star` files.
     Test(TestArgs),
     /// Parse and lint a script without running it.
@@ -32,6 +36,12 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Print the StarlarkController CustomResourceDefinition (YAML).
     Crd,
+    /// Serve the Language Server Protocol on stdin/stdout, for editors (docs/lsp.md).
+    Lsp {
+        /// Accepted and ignored: editors pass it; stdio is the only transport.
+        #[arg(long)]
+        stdio: bool,
+    },
     /// Print the version of kite.
     Version,
 }
@@ -271,6 +281,15 @@ pub struct RunArgs {
     pub health_bind: std::net::IpAddr,
     #[command(flatten)]
     pub log: LogArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Do not clear the screen when a new version starts.
+    #[arg(long)]
+    pub no_clear: bool,
 }
 
 #[derive(Debug, Args)]

@@ -21,9 +21,17 @@
 //!   `ClusterStarlarkController` resources, validation, namespace confinement, the
 //!   admission webhook that checks each author and signs approvals, generated
 //!   identities within a ceiling, impersonation, hosted controllers.
+//! - `dev`: `kite dev` (alias `kite watch`): a controller restarted in place when its
+//!   script or a loaded file changes, with each reconcile and a diff of its writes shown.
+//! - `lsp`: `kite lsp`, a language server over stdio: `kite check`'s diagnostics,
+//!   completion and hover for the library, go-to-definition across `load()`.
+//! - `fake`: an in-memory Kubernetes API server behind a real kube client, for
+//!   `kite test` and `k8s.fake(...)`.
 //! - `rbac`: least-privilege RBAC inferred from a script (`kite kube rbac`).
 //! - `tester`: `kite test`: discovery of `*_test.star` files, the assertion builtins,
 //!   fresh modules per test, parallel files, diffs, text/JSON/JUnit reports.
+//! - `testing`: `k8s.testing.controller(...)`: a controller script driven by a test
+//!   against a fake cluster, on the runtime's own reconcile path, with a virtual clock.
 //! - `http`: the health and metrics server (hyper), and the connection loop the
 //!   operator's webhook shares.
 //! - `artifacts`: the manifests and Dockerfile that deploy a script
@@ -65,15 +73,19 @@ pub mod cli;
 
 mod artifacts;
 mod control;
+mod dev;
 mod duration;
+mod fake;
 mod http;
 mod k8s;
 mod library;
+mod lsp;
 mod operator;
 mod rbac;
 mod script;
 mod signal;
 mod tester;
+mod testing;
 mod tls;
 mod version;
 
@@ -83,8 +95,10 @@ pub use control::request::ControlRequest;
 pub use control::standalone::{Options as StandaloneOptions, own_namespace, run as run_standalone};
 pub use control::webhook::WebhookRequest;
 pub use control::webhook::run::run as run_webhook;
+pub use dev::{Options as DevOptions, run as run_dev};
 pub use k8s::session::{KubeOptions, connect_config};
 pub use library::library;
+pub use lsp::serve as serve_lsp;
 pub use script::builtins::os::ScriptExit;
 pub use script::check::check;
 pub use script::host::{Handoff, Host, Limits};
@@ -94,7 +108,7 @@ pub use script::run::{Finished, run as run_script};
 pub use script::vars::Vars;
 pub use signal::shutdown_signal;
 pub use starlark::environment::FrozenModule;
-pub use tester::{Options as TestOptions, run as run_tests};
+pub use tester::{Options as TestOptions, check as check_file, run as run_tests};
 pub use version::version_line;
 
 // The binary: `kite kube`.

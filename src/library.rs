@@ -23,13 +23,17 @@ pub fn builder() -> Builder {
     k8s::module::extend_methods(|methods| {
         control::request::control_method(methods);
         control::webhook::webhook_method(methods);
+        crate::fake::builtin::fake_method(methods);
     });
+    k8s::module::extend_module(vec![("testing", crate::testing::namespace)]);
     Library::builder()
         .globals(k8s::module::register)
         .module("k8s", k8s::module::loadable)
         .signatures(k8s::module::signatures)
         .signatures(control::request::signatures)
         .signatures(control::webhook::signatures)
+        .signatures(crate::fake::builtin::signatures)
+        .signatures(crate::testing::signatures)
 }
 
 #[cfg(test)]
@@ -96,6 +100,63 @@ mod tests {
                 .iter()
                 .any(|p| p.contains("unknown keyword argument \"workerz\"")),
             "{found:?}"
+        );
+    }
+
+    /// Runs `code` with the whole library and every permission; the value of its
+    /// last expression, or the error.
+    fn run_all(code: &str) -> Result<String, String> {
+        use starlark::environment::Module;
+        use starlark::eval::Evaluator;
+        use starlark::syntax::{AstModule, Dialect};
+
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let host = crate::script::host::Host::new(
+            library(),
+            crate::script::vars::Vars::default(),
+            crate::script::permissions::Permissions::all(),
+            rt.handle().clone(),
+        );
+        Module::with_temp_heap(|module| {
+            let ast = AstModule::parse("test.star", code.to_owned(), &Dialect::Extended)
+                .map_err(|e| e.to_string())?;
+            let mut eval = Evaluator::new(&module);
+            eval.extra = Some(&host);
+            eval.eval_module(ast, host.library.globals())
+                .map(starlark::values::Value::to_repr)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    #[test]
+    fn k8s_fake_serves_every_call() {
+        let code = r#"
+f = k8s.fake(yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: seeded\ndata:\n  a: '1'\n")
+f.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"x": "y"}})
+got = f.get("configmap", "cm")
+seeded = f.get("cm", "seeded")
+other = f.config(namespace = "other").list("configmaps")
+k8s.fake(default = True, objects = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}])
+[got["data"]["x"], seeded["data"]["a"], len(other), len(k8s.list("pods")), len(f.list("pods"))]
+"#;
+        assert_eq!(run_all(code), Ok(r#"["y", "1", 0, 1, 0]"#.to_owned()));
+    }
+
+    #[test]
+    fn k8s_fake_names_the_bad_document() {
+        let e = run_all(r"k8s.fake(yaml = 'a: 1\n---\nkind: [\n')").unwrap_err();
+        assert!(e.contains("k8s.fake: yaml document 1"), "{e}");
+        let e = run_all(
+            "k8s.fake(objects = [{'apiVersion': 'v1', 'kind': 'Nope', 'metadata': {'name': 'n'}}])",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("k8s.fake: objects[0]: seeding Nope \"n\""),
+            "{e}"
         );
     }
 

@@ -30,7 +30,14 @@ fn main() -> ExitCode {
             println!("{}", kite::version_line());
             ExitCode::SUCCESS
         }
-        Command::Check { file } => match kite::check(library(), &file) {
+        Command::Lsp { stdio: _ } => match kite::serve_lsp() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Check { file } => match kite::check_file(&file) {
             Ok(report) => {
                 print!("{report}");
                 ExitCode::SUCCESS
@@ -41,6 +48,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Dev(args) => dev(args),
         Command::Test(args) => test(args),
         Command::Operator(args) => operator(args),
         Command::Crd => match kite::crd_yaml() {
@@ -308,6 +316,43 @@ fn run(args: RunArgs) -> ExitCode {
     drop(host);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     code
+}
+
+/// `kite dev` (alias `kite watch`): the reload loop, until SIGINT or SIGTERM.
+fn dev(args: kite::cli::DevArgs) -> ExitCode {
+    let run = args.run;
+    for warning in run.permissions.warnings() {
+        eprintln!("{warning}");
+    }
+    let opts = kite::DevOptions {
+        file: run.file,
+        vars: run.vars,
+        var_files: run.var_files,
+        permissions: run.permissions.resolve(),
+        kube: KubeOptions {
+            kubeconfig: run.cluster.kubeconfig,
+            context: run.cluster.context,
+            dry_run: run.dry_run,
+        },
+        memory: (run.script_memory as usize) << 20,
+        handler_budget: run.handler_timeout,
+        grace: run.grace_period,
+        clear: !args.no_clear,
+        log_json: matches!(run.log.log_format, LogFormat::Json),
+        verbose: run.log.verbose,
+    };
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    let result = kite::run_dev(opts, runtime.handle().clone());
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `kite test`: exit code 1 when a test failed, 2 when the run could not be done.

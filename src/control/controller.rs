@@ -71,165 +71,8 @@ impl Controller {
     /// # Errors
     /// An unknown kind, or discovery failing.
     pub async fn start(config: Config) -> Result<Self> {
-        let Config {
-            name,
-            spec,
-            handlers,
-            host,
-            session,
-            handler_budget,
-            leader,
-            outer_lease,
-        } = config;
-        let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
-        let target = Target::resolve(&session, &spec.kind, Some(&ns))
-            .await
-            .map_err(|source| Error::ResolveKind {
-                kind: spec.kind.clone(),
-                source,
-            })?;
-        // Every kind resolves before anything starts, so a failure leaves nothing running.
-        let mut owned = Vec::new();
-        for kind in &spec.watch_owned {
-            owned.push(resolve(&session, kind).await?);
-        }
-        let mut related = Vec::new();
-        for kind in &spec.watch_related {
-            related.push(resolve(&session, kind).await?);
-        }
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (leading_tx, leading_rx) = watch::channel(leader.is_none());
-        let own_lease = Validity::new();
-        let queue = WorkQueue::new(QueueConfig {
-            base_backoff: spec.backoff,
-            ..QueueConfig::default()
-        });
+        let (shared, shutdown_tx, tasks) = launch(config, None).await?;
         let runtime = tokio::runtime::Handle::current();
-        let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
-            watches: {
-                let (on_change, on_restart) = (me.clone(), me.clone());
-                Watches::new(
-                    runtime.clone(),
-                    shutdown_rx.clone(),
-                    move |role, c| {
-                        if let Some(s) = on_change.upgrade() {
-                            s.on_secondary(role, c);
-                        }
-                    },
-                    move || {
-                        if let Some(s) = on_restart.upgrade() {
-                            s.metrics.record_watch_restart();
-                        }
-                    },
-                )
-            },
-            related: Mutex::default(),
-            with_children: Mutex::default(),
-            name,
-            leader_election: leader.is_some(),
-            store: Arc::new(Store::default()),
-            pending: Mutex::default(),
-            metrics: Arc::new(Metrics::new()),
-            leading: leading_rx,
-            stop: Arc::new(AtomicBool::new(false)),
-            term: Mutex::new(Arc::new(AtomicBool::new(false))),
-            lease: leader.as_ref().map(|_| own_lease.clone()),
-            outer_lease,
-            budget: handler_budget,
-            queue,
-            target,
-            spec,
-            handlers,
-            writes: host.ext::<WriteLog>(),
-            host,
-            session,
-        });
-        let mut tasks = Vec::new();
-        let source = Source {
-            api: shared.target.api(&shared.session),
-            resource: shared.target.resource.api_resource.clone(),
-            labels: shared.spec.labels.clone(),
-            fields: shared.spec.field_selector.clone(),
-        };
-        let cb = shared.clone();
-        let restarts = shared.clone();
-        tasks.push(tokio::spawn(informer::run(
-            source,
-            shared.store.clone(),
-            move |c| cb.on_change(c),
-            move || restarts.metrics.record_watch_restart(),
-            shutdown_rx.clone(),
-        )));
-        if let Some(period) = shared.spec.poll {
-            tasks.push(tokio::spawn(every(
-                period,
-                shared.clone(),
-                shutdown_rx.clone(),
-                |s| s.requeue_all("poll", false),
-            )));
-        }
-        if let Some(period) = shared.spec.resync {
-            tasks.push(tokio::spawn(every(
-                period,
-                shared.clone(),
-                shutdown_rx.clone(),
-                |s| s.requeue_all("resync", true),
-            )));
-        }
-        if let Some(cfg) = leader {
-            let client = shared.session.client.clone();
-            let mut rx = shutdown_rx.clone();
-            tasks.push(tokio::spawn(leader::run(
-                client,
-                cfg,
-                leading_tx,
-                own_lease,
-                async move {
-                    let _ = rx.wait_for(|s| *s).await;
-                },
-            )));
-            // A new leader reconciles everything, as a freshly started controller would.
-            let s = shared.clone();
-            let mut leading = shared.leading.clone();
-            let mut rx = shutdown_rx.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = rx.wait_for(|s| *s) => return,
-                        changed = leading.changed() => if changed.is_err() { return },
-                    }
-                    let now_leading = *leading.borrow();
-                    if now_leading {
-                        tracing::info!(controller = %s.name, "became the leader");
-                        s.new_term();
-                        s.requeue_all("leader", false);
-                    } else {
-                        // What runs stops now: the standby may take over once the
-                        // lease expires.
-                        s.end_term();
-                        tracing::warn!(controller = %s.name, "lost leadership; in-flight handlers cancelled, reconciling stops");
-                    }
-                }
-            }));
-        } else {
-            drop(leading_tx);
-        }
-        for resource in owned {
-            shared.watches.ensure(
-                &shared.session,
-                &resource,
-                Role::Owned,
-                shared.spec.namespace.as_deref(),
-            );
-        }
-        for (i, resource) in related.into_iter().enumerate() {
-            shared.watches.ensure(
-                &shared.session,
-                &resource,
-                Role::Related(i),
-                shared.spec.namespace.as_deref(),
-            );
-        }
         let mut workers = Vec::with_capacity(shared.spec.workers);
         for i in 0..shared.spec.workers {
             let s = shared.clone();
@@ -253,6 +96,7 @@ impl Controller {
                 }
             }
         }
+        let ns = shared.spec.namespace.as_deref().unwrap_or("*");
         tracing::info!(controller = %shared.name, kind = %shared.target.display_name(), namespace = %ns, workers = shared.spec.workers, "controller started");
         Ok(Self {
             shared,
@@ -261,7 +105,187 @@ impl Controller {
             tasks,
         })
     }
+}
 
+/// What [`launch`] starts: the shared state, the shutdown trigger and the tasks.
+pub(super) type Launched = (
+    Arc<Shared>,
+    watch::Sender<bool>,
+    Vec<tokio::task::JoinHandle<()>>,
+);
+
+/// Resolves the kinds and starts the informer and watches. With a `manual` clock (a
+/// test drives the controller, `k8s.testing`), the queue runs on that clock and the
+/// timers and leader election are left to the caller; otherwise they start here.
+pub(super) async fn launch(
+    config: Config,
+    manual: Option<super::queue::Clock>,
+) -> Result<Launched> {
+    let Config {
+        name,
+        spec,
+        handlers,
+        host,
+        session,
+        handler_budget,
+        leader,
+        outer_lease,
+    } = config;
+    let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
+    let target = Target::resolve(&session, &spec.kind, Some(&ns))
+        .await
+        .map_err(|source| Error::ResolveKind {
+            kind: spec.kind.clone(),
+            source,
+        })?;
+    // Every kind resolves before anything starts, so a failure leaves nothing running.
+    let mut owned = Vec::new();
+    for kind in &spec.watch_owned {
+        owned.push(resolve(&session, kind).await?);
+    }
+    let mut related = Vec::new();
+    for kind in &spec.watch_related {
+        related.push(resolve(&session, kind).await?);
+    }
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (leading_tx, leading_rx) = watch::channel(leader.is_none());
+    let own_lease = Validity::new();
+    let leader = if manual.is_some() { None } else { leader };
+    let queue = WorkQueue::new(QueueConfig {
+        base_backoff: spec.backoff,
+        clock: manual.clone().unwrap_or_default(),
+        ..QueueConfig::default()
+    });
+    let runtime = tokio::runtime::Handle::current();
+    let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
+        watches: {
+            let (on_change, on_restart) = (me.clone(), me.clone());
+            Watches::new(
+                runtime.clone(),
+                shutdown_rx.clone(),
+                move |role, c| {
+                    if let Some(s) = on_change.upgrade() {
+                        s.on_secondary(role, c);
+                    }
+                },
+                move || {
+                    if let Some(s) = on_restart.upgrade() {
+                        s.metrics.record_watch_restart();
+                    }
+                },
+            )
+        },
+        related: Mutex::default(),
+        with_children: Mutex::default(),
+        name,
+        leader_election: leader.is_some(),
+        store: Arc::new(Store::default()),
+        pending: Mutex::default(),
+        metrics: Arc::new(Metrics::new()),
+        leading: leading_rx,
+        stop: Arc::new(AtomicBool::new(false)),
+        term: Mutex::new(Arc::new(AtomicBool::new(false))),
+        lease: leader.as_ref().map(|_| own_lease.clone()),
+        outer_lease,
+        budget: handler_budget,
+        queue,
+        target,
+        spec,
+        handlers,
+        writes: host.ext::<WriteLog>(),
+        host,
+        session,
+    });
+    let mut tasks = Vec::new();
+    let source = Source {
+        api: shared.target.api(&shared.session),
+        resource: shared.target.resource.api_resource.clone(),
+        labels: shared.spec.labels.clone(),
+        fields: shared.spec.field_selector.clone(),
+    };
+    let cb = shared.clone();
+    let restarts = shared.clone();
+    tasks.push(tokio::spawn(informer::run(
+        source,
+        shared.store.clone(),
+        move |c| cb.on_change(c),
+        move || restarts.metrics.record_watch_restart(),
+        shutdown_rx.clone(),
+    )));
+    if let Some(period) = shared.spec.poll.filter(|_| manual.is_none()) {
+        tasks.push(tokio::spawn(every(
+            period,
+            shared.clone(),
+            shutdown_rx.clone(),
+            |s| s.requeue_all("poll", false),
+        )));
+    }
+    if let Some(period) = shared.spec.resync.filter(|_| manual.is_none()) {
+        tasks.push(tokio::spawn(every(
+            period,
+            shared.clone(),
+            shutdown_rx.clone(),
+            |s| s.requeue_all("resync", true),
+        )));
+    }
+    if let Some(cfg) = leader {
+        let client = shared.session.client.clone();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(leader::run(
+            client,
+            cfg,
+            leading_tx,
+            own_lease,
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            },
+        )));
+        // A new leader reconciles everything, as a freshly started controller would.
+        let s = shared.clone();
+        let mut leading = shared.leading.clone();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = rx.wait_for(|s| *s) => return,
+                        changed = leading.changed() => if changed.is_err() { return },
+                    }
+                    let now_leading = *leading.borrow();
+                    if now_leading {
+                        tracing::info!(controller = %s.name, "became the leader");
+                        s.new_term();
+                        s.requeue_all("leader", false);
+                    } else {
+                        // What runs stops now: the standby may take over once the
+                        // lease expires.
+                        s.end_term();
+                        tracing::warn!(controller = %s.name, "lost leadership; in-flight handlers cancelled, reconciling stops");
+                    }
+                }
+            }));
+    } else {
+        drop(leading_tx);
+    }
+    for resource in owned {
+        shared.watches.ensure(
+            &shared.session,
+            &resource,
+            Role::Owned,
+            shared.spec.namespace.as_deref(),
+        );
+    }
+    for (i, resource) in related.into_iter().enumerate() {
+        shared.watches.ensure(
+            &shared.session,
+            &resource,
+            Role::Related(i),
+            shared.spec.namespace.as_deref(),
+        );
+    }
+    Ok((shared, shutdown_tx, tasks))
+}
+
+impl Controller {
     /// The probe for /healthz, /readyz and /metrics.
     pub fn probe(&self) -> Arc<dyn crate::http::Probe> {
         Arc::new(ControllerProbe(self.shared.clone()))

@@ -12,6 +12,7 @@ pub mod finalizer;
 pub mod handlers;
 pub mod informer;
 pub mod leader;
+pub mod manual;
 pub mod metrics;
 pub mod queue;
 mod reconcile;

@@ -18,6 +18,37 @@ pub struct QueueConfig {
     pub retry_qps: f64,
     /// Retries allowed at once before `retry_qps` applies.
     pub retry_burst: u32,
+    /// What "now" is: the real clock, or one a test moves forward (`k8s.testing`).
+    pub clock: Clock,
+}
+
+/// The queue's time: real time plus a skew that only [`Clock::advance`] changes, so a
+/// test can bring delayed keys due without waiting.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    skew_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Clock {
+    /// Now, as this clock sees it.
+    pub fn now(&self) -> Instant {
+        let skew = Duration::from_millis(self.skew_ms.load(std::sync::atomic::Ordering::Acquire));
+        let now = Instant::now();
+        now.checked_add(skew).unwrap_or(now)
+    }
+
+    /// Moves this clock (and every queue built with it) forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.skew_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// How far this clock has been moved forward in total.
+    #[cfg(test)]
+    pub fn skew(&self) -> Duration {
+        Duration::from_millis(self.skew_ms.load(std::sync::atomic::Ordering::Acquire))
+    }
 }
 
 impl Default for QueueConfig {
@@ -27,6 +58,7 @@ impl Default for QueueConfig {
             max_backoff: Duration::from_mins(5),
             retry_qps: 10.0,
             retry_burst: 100,
+            clock: Clock::default(),
         }
     }
 }
@@ -173,7 +205,7 @@ where
     pub fn new(config: QueueConfig) -> Self {
         let bucket = Bucket {
             tokens: f64::from(config.retry_burst),
-            last: Instant::now(),
+            last: config.clock.now(),
         };
         let state = State {
             ready: VecDeque::new(),
@@ -228,7 +260,7 @@ where
             return;
         }
         // A due time beyond what Instant can represent is never reached: drop the key.
-        let Some(at) = Instant::now().checked_add(delay) else {
+        let Some(at) = self.inner.config.clock.now().checked_add(delay) else {
             return;
         };
         // Every waiter sleeps until the old head or its own deadline, so all must re-time.
@@ -248,7 +280,7 @@ where
         *failures = failures.saturating_add(1);
         let global = state
             .bucket
-            .reserve(config.retry_qps, config.retry_burst, Instant::now());
+            .reserve(config.retry_qps, config.retry_burst, config.clock.now());
         let delay = per_key.max(global);
         self.add_after_locked(&mut state, key, delay);
         delay
@@ -274,7 +306,7 @@ where
     #[cfg(test)]
     pub fn get_timeout(&self, timeout: Duration) -> Option<K> {
         // An unrepresentable deadline is as good as none.
-        self.get_until(Instant::now().checked_add(timeout))
+        self.get_until(self.inner.config.clock.now().checked_add(timeout))
     }
 
     fn get_until(&self, deadline: Option<Instant>) -> Option<K> {
@@ -283,7 +315,7 @@ where
             if state.shut_down {
                 return None;
             }
-            let now = Instant::now();
+            let now = self.inner.config.clock.now();
             state.promote_due(now);
             // Ready keys are checked before the deadline so that a wake-up is never wasted.
             if let Some(key) = state.take_ready() {
@@ -308,6 +340,46 @@ where
                 }
             };
         }
+    }
+
+    /// A ready key (a delayed one that is due by the clock counts), marked as
+    /// processing, without waiting; `None` when nothing is ready or after shutdown.
+    pub fn try_get(&self) -> Option<K> {
+        let mut state = self.lock();
+        if state.shut_down {
+            return None;
+        }
+        state.promote_due(self.inner.config.clock.now());
+        state.take_ready()
+    }
+
+    /// Takes `key` now, marked as processing, if it is waiting (ready or delayed); false
+    /// when it is not waiting or is being processed.
+    pub fn try_take(&self, key: &K) -> bool {
+        let mut state = self.lock();
+        if state.shut_down || state.processing.contains(key) {
+            return false;
+        }
+        let delayed = match state.due.remove(key) {
+            Some((_, seq)) => state.delayed_keys.remove(&seq).is_some(),
+            None => false,
+        };
+        let ready = state.queued.remove(key);
+        if ready {
+            state.ready.retain(|k| k != key);
+        }
+        if !delayed && !ready {
+            return false;
+        }
+        state.processing.insert(key.clone());
+        true
+    }
+
+    /// How long until the earliest delayed key is due, by the clock.
+    pub fn next_due_in(&self) -> Option<Duration> {
+        let mut state = self.lock();
+        let now = self.inner.config.clock.now();
+        state.next_due().map(|at| at.saturating_duration_since(now))
     }
 
     /// Marks processing finished; if the key was added while processing, it is queued again now.
@@ -368,6 +440,37 @@ mod tests {
         };
         (config.base_backoff, config.max_backoff) = (base, max);
         WorkQueue::new(config)
+    }
+
+    #[test]
+    fn a_virtual_clock_brings_delayed_keys_due_without_waiting() {
+        let clock = Clock::default();
+        let q = WorkQueue::new(QueueConfig {
+            clock: clock.clone(),
+            ..QueueConfig::default()
+        });
+        q.add_after("a", Duration::from_secs(30));
+        q.add("b");
+        assert!(q.try_take(&"a"), "a delayed key can be taken early");
+        q.done(&"a");
+        q.add_after("a", Duration::from_secs(30));
+        assert_eq!(q.try_get(), Some("b"));
+        q.done(&"b");
+        assert_eq!(q.try_get(), None);
+        let due = q.next_due_in().unwrap_or_default();
+        assert!(
+            due > Duration::from_secs(29) && due <= Duration::from_secs(30),
+            "{due:?}"
+        );
+        clock.advance(Duration::from_secs(31));
+        assert_eq!(q.next_due_in(), Some(Duration::ZERO));
+        assert_eq!(q.try_get(), Some("a"));
+        assert!(
+            !q.try_take(&"a"),
+            "a key being processed is not taken twice"
+        );
+        q.done(&"a");
+        assert_eq!(clock.skew(), Duration::from_secs(31));
     }
 
     fn queue<K: Clone + Eq + Hash + Send + Sync + Debug + 'static>() -> WorkQueue<K> {

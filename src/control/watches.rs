@@ -115,6 +115,14 @@ impl Watches {
             .all(|w| w.store.is_synced())
     }
 
+    /// How many secondary informers run.
+    pub fn count(&self) -> usize {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
     /// The informer tasks, for shutdown to await.
     pub fn take_tasks(&self) -> Vec<tokio::task::JoinHandle<()>> {
         std::mem::take(

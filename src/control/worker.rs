@@ -42,7 +42,9 @@ pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
         // A panic (a bug in kite, never a script error) must not take the worker and
         // its key with it: it is logged and counted, and the key retried with backoff.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &item {
-            WorkKey::Primary(key) => process(shared, runtime, &item, key),
+            WorkKey::Primary(key) => {
+                process(shared, runtime, &item, key);
+            }
             WorkKey::Related(i, key) => map_related(shared, *i, key),
         }));
         if let Err(panic) = outcome {
@@ -65,7 +67,7 @@ pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
 
 /// Runs a `watch_related` map function and requeues the primaries it names. Its errors
 /// are logged and stop nothing.
-fn map_related(shared: &Shared, index: usize, key: &Key) {
+pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
     let obj = shared
         .related
         .lock()
@@ -114,7 +116,24 @@ fn map_related(shared: &Shared, index: usize, key: &Key) {
     }
 }
 
-fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, key: &Key) {
+/// What processing one key did, for whoever drives the queue by hand (`k8s.testing`).
+#[derive(Debug, Clone)]
+pub(super) struct Processed {
+    pub trigger: &'static str,
+    pub requeue_after: Option<Duration>,
+    /// The handler's or a write's error, and when the key is retried (`None`: given up).
+    pub error: Option<(String, Option<Duration>)>,
+    pub elapsed: Duration,
+}
+
+/// Delivers the key's pending events and runs its reconcile; `None` when there was
+/// nothing to do (only our own echoes).
+pub(super) fn process(
+    shared: &Shared,
+    runtime: &tokio::runtime::Handle,
+    item: &WorkKey,
+    key: &Key,
+) -> Option<Processed> {
     let pending = {
         let mut map = shared
             .pending
@@ -143,7 +162,7 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
         .reconcile
         .or((outside_updates > 0).then_some("update"));
     if pending.events.is_empty() && level.is_none() {
-        return;
+        return None;
     }
     let start = Instant::now();
     let trigger = level.unwrap_or("event");
@@ -192,6 +211,12 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
                 requeue_after = requeue.map(crate::duration::format).unwrap_or_default(),
                 "reconciled"
             );
+            Some(Processed {
+                trigger,
+                requeue_after: requeue,
+                error: None,
+                elapsed,
+            })
         }
         Err(e) => {
             if let Some(obj) = shared.store.get(key)
@@ -204,7 +229,13 @@ fn process(shared: &Shared, runtime: &tokio::runtime::Handle, item: &WorkKey, ke
                     &Ready::error(first_line(&e.to_string())),
                 );
             }
-            failed(shared, runtime, item, key, trigger, elapsed, &e);
+            let retry = failed(shared, runtime, item, key, trigger, elapsed, &e);
+            Some(Processed {
+                trigger,
+                requeue_after: None,
+                error: Some((e.to_string(), retry)),
+                elapsed,
+            })
         }
     }
 }
@@ -281,7 +312,7 @@ fn failed(
     trigger: &str,
     elapsed: Duration,
     e: &Error,
-) {
+) -> Option<Duration> {
     shared.metrics.record_reconcile(Recorded::Error, elapsed);
     shared
         .metrics
@@ -311,7 +342,7 @@ fn failed(
             );
             warn_event(shared, runtime, &obj, "ReconcileFailed", &message);
         }
-        return;
+        return None;
     }
     let delay = shared.queue.add_rate_limited(item.clone());
     shared.metrics.record_retry();
@@ -321,6 +352,7 @@ fn failed(
         error = %first_line(&e.to_string()), "reconciled"
     );
     traceback(shared, key, e);
+    Some(delay)
 }
 
 /// The full error, traceback included, after the one-line reconcile record.

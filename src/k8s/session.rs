@@ -98,6 +98,21 @@ impl Session {
         })
     }
 
+    /// The same identity in the namespace `key` names (or this one's).
+    fn derive(&self, key: &SessionKey) -> Self {
+        Self {
+            client: self.client.clone(),
+            streaming: self.streaming.clone(),
+            discovery: self.discovery.clone(),
+            namespace: key
+                .namespace
+                .clone()
+                .unwrap_or_else(|| self.namespace.clone()),
+            context: self.context.clone(),
+            dry_run: self.dry_run,
+        }
+    }
+
     /// A session for an existing client (the operator's impersonating clients).
     ///
     /// # Caveats
@@ -172,12 +187,18 @@ fn current_context(path: Option<&str>) -> String {
     kc.and_then(|k| k.current_context).unwrap_or_default()
 }
 
+/// A session's kubeconfig and context: who it is, whatever its namespace.
+type Identity = (Option<String>, Option<String>);
+
 /// The sessions of one run, created on first use and keyed by their settings.
 #[derive(Default)]
 pub struct SessionCell {
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
     /// The one identity a hosted script may use (the operator's impersonating client).
     pinned: Mutex<Option<Arc<Session>>>,
+    /// Sessions registered with [`SessionCell::insert`], by kubeconfig and context:
+    /// `config(namespace=...)` on their clients derives from them.
+    inserted: Mutex<HashMap<Identity, Arc<Session>>>,
 }
 
 impl SessionCell {
@@ -193,6 +214,38 @@ impl SessionCell {
         }
     }
 
+    /// Registers a session made elsewhere (`k8s.fake(...)`'s in-memory cluster) under
+    /// `key`; keys with the same kubeconfig and context but another namespace derive
+    /// from it.
+    pub fn insert(&self, key: SessionKey, session: Arc<Session>) {
+        if let Ok(mut map) = self.inserted.lock() {
+            map.insert(
+                (key.kubeconfig.clone(), key.context.clone()),
+                session.clone(),
+            );
+        }
+        if let Ok(mut map) = self.sessions.lock() {
+            map.insert(key, session);
+        }
+    }
+
+    /// Whether `key` reaches only a session registered with [`insert`](Self::insert)
+    /// (an in-memory cluster), directly or as the pinned default: no cluster is
+    /// reachable through it, so it needs no permission.
+    pub fn is_offline(&self, key: &SessionKey) -> bool {
+        let Ok(inserted) = self.inserted.lock() else {
+            return false;
+        };
+        if inserted.contains_key(&(key.kubeconfig.clone(), key.context.clone())) {
+            return true;
+        }
+        if key.kubeconfig.is_some() || key.context.is_some() {
+            return false;
+        }
+        let pinned = self.pinned.lock().ok().and_then(|p| p.clone());
+        pinned.is_some_and(|p| inserted.values().any(|s| Arc::ptr_eq(s, &p)))
+    }
+
     /// The session for `key`, connecting on first use (blocking on `runtime`).
     ///
     /// # Errors
@@ -206,20 +259,18 @@ impl SessionCell {
         if let Some(s) = self.sessions.lock().ok().and_then(|m| m.get(key).cloned()) {
             return Ok(s);
         }
+        let inserted = self.inserted.lock().ok().and_then(|m| {
+            m.get(&(key.kubeconfig.clone(), key.context.clone()))
+                .cloned()
+        });
         let pinned = self.pinned.lock().ok().and_then(|p| p.clone());
-        let session = match pinned {
-            Some(_) if key.kubeconfig.is_some() || key.context.is_some() => {
+        let session = match (inserted, pinned) {
+            (Some(base), _) => Arc::new(base.derive(key)),
+            (None, Some(_)) if key.kubeconfig.is_some() || key.context.is_some() => {
                 return Err(Error::SwitchIdentity);
             }
-            Some(p) => Arc::new(Session {
-                client: p.client.clone(),
-                streaming: p.streaming.clone(),
-                discovery: p.discovery.clone(),
-                namespace: key.namespace.clone().unwrap_or_else(|| p.namespace.clone()),
-                context: p.context.clone(),
-                dry_run: p.dry_run,
-            }),
-            None => Arc::new(runtime.block_on(Session::connect(key, defaults))?),
+            (None, Some(p)) => Arc::new(p.derive(key)),
+            (None, None) => Arc::new(runtime.block_on(Session::connect(key, defaults))?),
         };
         if let Ok(mut map) = self.sessions.lock() {
             return Ok(map.entry(key.clone()).or_insert(session).clone());

@@ -14,7 +14,12 @@ const CAPACITY: usize = 8192;
 #[derive(Default)]
 pub struct WriteLog {
     inner: Mutex<Inner>,
+    /// Shown every recorded write (`kite dev` prints them); set at most once.
+    observer: std::sync::OnceLock<Observer>,
 }
+
+/// What [`WriteLog::observe`] calls with each recorded object.
+pub type Observer = Box<dyn Fn(&Json) + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {
@@ -31,8 +36,16 @@ fn identity(obj: &Json) -> Option<(String, String)> {
 }
 
 impl WriteLog {
+    /// Calls `f` with every object recorded from now on; a second observer is ignored.
+    pub fn observe(&self, f: Observer) {
+        let _ = self.observer.set(f);
+    }
+
     /// Remembers the object a write returned.
     pub fn record(&self, obj: &Json) {
+        if let Some(f) = self.observer.get() {
+            f(obj);
+        }
         let Some(id) = identity(obj) else { return };
         let mut inner = self
             .inner

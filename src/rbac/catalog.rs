@@ -535,6 +535,11 @@ impl Catalog {
         Ok(format!("{plural}.{group}"))
     }
 
+    /// The built-in kinds and CRDs known so far (not the discovered ones).
+    pub fn resources(&self) -> &[Resource] {
+        &self.known
+    }
+
     /// Adds every CustomResourceDefinition in a YAML file (other documents are ignored).
     ///
     /// # Errors

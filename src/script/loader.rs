@@ -116,7 +116,8 @@ impl Loader<'_> {
     }
 }
 
-fn resolve(dir: &Path, path: &str) -> PathBuf {
+/// The file `load(path)` names from a file in `dir` (also what `kite lsp` jumps to).
+pub fn resolve(dir: &Path, path: &str) -> PathBuf {
     let p = Path::new(path.strip_prefix("./").unwrap_or(path));
     let joined = if p.is_absolute() {
         p.to_path_buf()

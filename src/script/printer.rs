@@ -27,7 +27,12 @@ pub struct Printer {
     prefix: Option<String>,
     limit: Option<RateLimit>,
     state: Mutex<Bucket>,
+    /// Lines kept for the caller instead of written (a controller under `k8s.testing`).
+    captured: Option<Mutex<Vec<String>>>,
 }
+
+/// The most lines a capturing printer keeps before the oldest go.
+const CAPTURE_LIMIT: usize = 10_000;
 
 #[derive(Debug)]
 struct Bucket {
@@ -62,7 +67,23 @@ impl Printer {
                 at: Instant::now(),
                 dropped: 0,
             }),
+            captured: None,
         }
+    }
+
+    /// Keeps every line for [`take`](Self::take) instead of writing it.
+    pub fn capturing() -> Self {
+        Printer {
+            captured: Some(Mutex::default()),
+            ..Self::default()
+        }
+    }
+
+    /// The lines captured since the last call (none unless [`capturing`](Self::capturing)).
+    pub fn take(&self) -> Vec<String> {
+        self.captured.as_ref().map_or_else(Vec::new, |c| {
+            std::mem::take(&mut *c.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        })
     }
 
     /// The lines to write for `text` now: none when over the rate, and a note on what
@@ -101,6 +122,13 @@ impl PrintHandler for Printer {
     fn println(&self, text: &str) -> starlark::Result<()> {
         let lines = self.admit(text, Instant::now());
         if lines.is_empty() {
+            return Ok(());
+        }
+        if let Some(c) = &self.captured {
+            let mut kept = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            kept.extend(lines);
+            let over = kept.len().saturating_sub(CAPTURE_LIMIT);
+            kept.drain(..over);
             return Ok(());
         }
         let mut out = std::io::stdout().lock();

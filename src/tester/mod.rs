@@ -81,9 +81,45 @@ pub struct Options {
 }
 
 /// The library scripts see plus the assertions, built once; `kite run` never sees them.
-fn library() -> &'static Library {
+pub fn library() -> &'static Library {
     static LIBRARY: OnceLock<Library> = OnceLock::new();
     LIBRARY.get_or_init(|| crate::library::builder().globals(assert::register).build())
+}
+
+/// Whether `name` is a test file (`*_test.star`), which `kite test` runs with the
+/// assertions and reads with upstream's `assert` accepted.
+pub fn is_test_file(name: &str) -> bool {
+    name.ends_with("_test.star")
+}
+
+pub use source::rewrite;
+
+/// `kite check` of one file: a `*_test.star` file is checked as `kite test` runs it, with
+/// the assertions known and upstream's `assert` accepted; any other file as `kite run`
+/// runs it.
+///
+/// # Errors
+/// As [`crate::script::check::check`]; an unreadable test file is a parse error.
+pub fn check(path: &std::path::Path) -> Result<String, crate::script::check::Error> {
+    let is_test = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(is_test_file);
+    if !is_test {
+        return crate::script::check::check(crate::library::library(), path);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::script::run::Error::Script(format!(
+            "error: reading {}: {e}
+",
+            path.display()
+        ))
+    })?;
+    crate::script::check::check_text(
+        library(),
+        &path.display().to_string(),
+        &source::rewrite(&text),
+    )
 }
 
 /// Runs the tests and writes the report to `out` (JUnit XML also to its file).

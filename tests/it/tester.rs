@@ -166,3 +166,55 @@ async fn json_and_junit_reports() {
     );
     let _ = std::fs::remove_file(&junit);
 }
+
+/// The examples' own tests pass as shipped, and a deliberately broken example fails
+/// them with the assertion's position and the values that differ.
+#[tokio::test(flavor = "multi_thread")]
+async fn examples_pass_and_a_broken_example_fails_with_a_diff() {
+    let out = kite_output(&["test", "examples/"], T).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).ends_with(" passed, 0 failed\n"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let dir = std::env::temp_dir().join(unique_name("kite-broken-example"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = repo_root().join("examples");
+    let script = std::fs::read_to_string(root.join("max-replicas-controller.star")).unwrap();
+    let broken = script.replace(
+        r#""spec": {"replicas": max_replicas}"#,
+        r#""spec": {"replicas": max_replicas + 1}"#,
+    );
+    assert_ne!(
+        script, broken,
+        "the example changed; update this test's break"
+    );
+    std::fs::write(dir.join("max-replicas-controller.star"), broken).unwrap();
+    std::fs::copy(
+        root.join("max-replicas-controller_test.star"),
+        dir.join("max-replicas-controller_test.star"),
+    )
+    .unwrap();
+    let out = kite_output(&["test", dir.to_str().unwrap()], T).await;
+    let stdout = text(&out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(
+            "max-replicas-controller_test.star::test_scales_a_deployment_down_to_the_limit\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("max-replicas-controller_test.star:27:5: assert_equal: values differ\n      actual:   6\n      expected: 5\n"),
+        "{stdout}"
+    );
+}
