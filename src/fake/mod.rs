@@ -9,7 +9,8 @@
 //! The parts: the kinds it serves (`kinds`), the objects and their history (`store`),
 //! the verbs (`verbs`), server-side apply (`apply`), patches (`patch`), deletion and
 //! garbage collection (`gc`), selectors (`selector`), watches (`watch`), discovery
-//! (`discovery`), the HTTP routing (`service`), and the `k8s.fake(...)` builtin
+//! (`discovery`), the scale subresource (`scale`), the HTTP routing (`service`), and
+//! the `k8s.fake(...)` builtin
 //! (`builtin`).
 //!
 //! # Caveats
@@ -32,6 +33,11 @@
 //! - One version per kind: the path's version is not checked against the kind's.
 //! - Watches end after `timeoutSeconds` (15 s when absent) and keep the last 10,000
 //!   events; an older resourceVersion is answered with 410 Expired.
+//! - A namespace need not exist before objects are created in it (tests need not
+//!   create one), and deleting a CRD leaves its kind served.
+//! - The write log behind `k8s.testing`'s reports keeps the last 10,000 writes.
+//! - The `scale` subresource is served for Deployments, StatefulSets, ReplicaSets and
+//!   ReplicationControllers only (not for CRDs that declare one).
 
 pub mod apply;
 pub mod builtin;

@@ -57,12 +57,18 @@ pub struct Change<'a> {
     pub owners: Owners,
 }
 
+/// The writes a fake keeps for reports: far more than one reconcile makes, so that a
+/// long-lived fake's memory stays bounded.
+pub const WRITES_KEPT: usize = 10_000;
+
 pub struct Store {
     pub kinds: Kinds,
     pub objects: BTreeMap<Key, Entry>,
     pub rv: u64,
     history: VecDeque<Arc<Event>>,
-    writes: Vec<Write>,
+    /// The latest writes, oldest first; `write_seq` counts every write ever made.
+    writes: std::collections::VecDeque<Write>,
+    write_seq: u64,
     uids: u64,
 }
 
@@ -73,7 +79,8 @@ impl Store {
             objects: BTreeMap::new(),
             rv: 0,
             history: VecDeque::new(),
-            writes: Vec::new(),
+            writes: std::collections::VecDeque::new(),
+            write_seq: 0,
             uids: 0,
         }
     }
@@ -189,8 +196,12 @@ impl Store {
         self.history.push_back(event.clone());
         // No receivers is fine: nobody watches.
         let _ = events.send(event);
-        let seq = self.writes.len() as u64 + 1;
-        self.writes.push(Write {
+        self.write_seq += 1;
+        let seq = self.write_seq;
+        if self.writes.len() >= WRITES_KEPT {
+            self.writes.pop_front();
+        }
+        self.writes.push_back(Write {
             seq,
             verb,
             api_version: resource.api_resource.api_version.clone(),
@@ -214,13 +225,17 @@ impl Store {
         Some(self.history.iter().filter(|e| e.rv > rv).cloned().collect())
     }
 
+    /// The writes after `seq` that are still kept (the last [`WRITES_KEPT`]).
     pub fn writes_since(&self, seq: u64) -> Vec<Write> {
-        let from = usize::try_from(seq).unwrap_or(usize::MAX);
-        self.writes.iter().skip(from).cloned().collect()
+        self.writes
+            .iter()
+            .filter(|w| w.seq > seq)
+            .cloned()
+            .collect()
     }
 
     pub fn write_seq(&self) -> u64 {
-        self.writes.len() as u64
+        self.write_seq
     }
 }
 

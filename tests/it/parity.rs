@@ -317,6 +317,57 @@ async fn staticsite() {
     .await;
 }
 
+/// The pod logger walkthrough: a pod in `default` comes and goes; the logger writes
+/// nothing and logs its events. The real pod lives through kwok's status updates, so
+/// the kinds of events logged are compared, not their number.
+async fn pod_logger() {
+    let name = unique_name("parity-pod");
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec: {{containers: [{{name: c, image: nginx:alpine}}]}}\nstatus: {{phase: Pending}}\n"
+    );
+    let body = format!(
+        "    fake = k8s.fake(yaml = {pod:?})\n    ctl = k8s.testing.controller(EXAMPLES + \"/pod-logger-controller.star\", cluster = fake)\n    lines = []\n    for r in ctl.run_until_idle():\n        lines.extend(r.output)\n    fake.delete(\"pod\", {name:?}, namespace = \"default\")\n    for r in ctl.run_until_idle():\n        lines.extend(r.output)\n    fs.path(OUT).write_text(json.encode({{\"lines\": lines, \"pods\": fake.list(\"pods\", namespace = \"default\")}}))\n"
+    );
+    let fake = on_the_fake("pod_logger", "default", &body, &[]).await;
+
+    let script = example("pod-logger-controller.star");
+    let mut kite = Kite::spawn(&["run", script.to_str().unwrap(), "--allow-all"]);
+    kite.wait_stdout("Starting pod logger controller...", T).await;
+    let spec = pod.replace("status: {phase: Pending}\n", "");
+    kubectl_stdin(&["apply", "-f", "-"], &spec).await;
+    kite.wait_stdout(&format!("Event: ADDED | Pod Name: {name} |"), T)
+        .await;
+    kubectl_ok(&["delete", "pod", &name, "-n", "default", "--grace-period=0", "--force"]).await;
+    kite.wait_stdout(&format!("Event: DELETED | Pod Name: {name} |"), T)
+        .await;
+    let real_lines = kite.stdout();
+    kite.kill();
+
+    let kinds = |lines: Vec<String>| -> std::collections::BTreeSet<String> {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!("Pod Name: {name} |")))
+            .filter_map(|l| l.strip_prefix("Event: "))
+            .filter_map(|l| l.split(' ').next())
+            .map(str::to_owned)
+            .collect()
+    };
+    let fake_lines: Vec<String> = fake["lines"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        kinds(fake_lines.clone()),
+        kinds(real_lines.clone()),
+        "pod logger: fake logged {fake_lines:?}, real logged {real_lines:?}"
+    );
+    assert_eq!(fake["pods"], json!([]), "pod logger: the fake pod is gone");
+    let gone = kubectl(&["get", "pod", &name, "-n", "default"]).await;
+    assert!(!gone.status.success(), "pod logger: the real pod is gone");
+}
+
 fn deployment(ns: &str, name: &str, replicas: u32, enforced: bool) -> String {
     let label = if enforced {
         "\n    enforce-max-replicas: \"true\""
@@ -352,4 +403,5 @@ async fn the_fake_cluster_ends_where_the_real_one_does() {
     let _cluster = exclusive().await;
     max_replicas().await;
     staticsite().await;
+    pod_logger().await;
 }
