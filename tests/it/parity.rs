@@ -332,12 +332,22 @@ async fn pod_logger() {
 
     let script = example("pod-logger-controller.star");
     let mut kite = Kite::spawn(&["run", script.to_str().unwrap(), "--allow-all"]);
-    kite.wait_stdout("Starting pod logger controller...", T).await;
+    kite.wait_stdout("Starting pod logger controller...", T)
+        .await;
     let spec = pod.replace("status: {phase: Pending}\n", "");
     kubectl_stdin(&["apply", "-f", "-"], &spec).await;
     kite.wait_stdout(&format!("Event: ADDED | Pod Name: {name} |"), T)
         .await;
-    kubectl_ok(&["delete", "pod", &name, "-n", "default", "--grace-period=0", "--force"]).await;
+    kubectl_ok(&[
+        "delete",
+        "pod",
+        &name,
+        "-n",
+        "default",
+        "--grace-period=0",
+        "--force",
+    ])
+    .await;
     kite.wait_stdout(&format!("Event: DELETED | Pod Name: {name} |"), T)
         .await;
     let real_lines = kite.stdout();
