@@ -106,6 +106,13 @@ mod tests {
     /// Runs `code` with the whole library and every permission; the value of its
     /// last expression, or the error.
     fn run_all(code: &str) -> Result<String, String> {
+        run_with(code, crate::script::permissions::Permissions::all())
+    }
+
+    fn run_with(
+        code: &str,
+        permissions: crate::script::permissions::Permissions,
+    ) -> Result<String, String> {
         use starlark::environment::Module;
         use starlark::eval::Evaluator;
         use starlark::syntax::{AstModule, Dialect};
@@ -118,7 +125,7 @@ mod tests {
         let host = crate::script::host::Host::new(
             library(),
             crate::script::vars::Vars::default(),
-            crate::script::permissions::Permissions::all(),
+            permissions,
             rt.handle().clone(),
         );
         Module::with_temp_heap(|module| {
@@ -158,6 +165,42 @@ k8s.fake(default = True, objects = [{"apiVersion": "v1", "kind": "Pod", "metadat
             e.contains("k8s.fake: objects[0]: seeding Nope \"n\""),
             "{e}"
         );
+    }
+
+    /// A fake needs no permission because it reaches nothing: the exemption must not
+    /// stretch to real clusters, and fixture files must stay below the test's directory.
+    #[test]
+    fn a_fake_opens_no_door_to_a_cluster_or_the_files() {
+        let none = crate::script::permissions::Permissions::default();
+        assert_eq!(
+            run_with("len(k8s.fake(default = True).list('pods'))", none),
+            Ok("0".to_owned()),
+            "a fake needs no flag"
+        );
+        let e = run_with("k8s.list('pods')", none).unwrap_err();
+        assert!(e.contains("needs --allow-k8s"), "no fake, no cluster: {e}");
+        let e = run_with(
+            "k8s.fake(default = True)\nk8s.config(context = 'prod').list('pods')",
+            none,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("needs --allow-k8s"),
+            "another context is a cluster: {e}"
+        );
+        let e = run_with(
+            "k8s.fake(default = True)\nk8s.config(kubeconfig = '/etc/kubeconfig').list('pods')",
+            crate::script::permissions::Permissions::all(),
+        )
+        .unwrap_err();
+        assert!(e.contains("not available here"), "pinned to the fake: {e}");
+        for path in ["../secrets.yaml", "/etc/passwd", "a/../../b.yaml"] {
+            let e = run_with(&format!("k8s.fake(files = [{path:?}])"), none).unwrap_err();
+            assert!(
+                e.contains("must be relative to the test file and stay below its directory"),
+                "{path}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::handlers::Handlers;
 use super::informer::{self, Source, Store};
 use super::leader::{self, LeaderConfig, Validity};
 use super::metrics::{Metrics, Scrape, Series};
+use super::pool::Pool;
 use super::queue::{QueueConfig, WorkQueue};
 use super::shared::Shared;
 use super::spec::ControlSpec;
@@ -52,6 +53,9 @@ pub struct Config {
     /// A lease held by whoever hosts this controller (the operator's): nothing is
     /// written once it is no longer valid.
     pub outer_lease: Option<Arc<Validity>>,
+    /// The worker threads to share (the operator's pool); `None` starts a pool of
+    /// `workers` threads for this controller alone.
+    pub pool: Option<Pool>,
 }
 
 /// How long cancelled handlers get to unwind before the lease is released.
@@ -60,7 +64,11 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// A started controller.
 pub struct Controller {
     shared: Arc<Shared>,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    pool: Pool,
+    /// This controller's membership in `pool`.
+    member: u64,
+    /// The pool is this controller's own, stopped with it.
+    own_pool: bool,
     shutdown_tx: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -70,18 +78,15 @@ impl Controller {
     ///
     /// # Errors
     /// An unknown kind, or discovery failing.
-    pub async fn start(config: Config) -> Result<Self> {
+    pub async fn start(mut config: Config) -> Result<Self> {
+        let given = config.pool.take();
+        let workers = config.spec.workers;
         let (shared, shutdown_tx, tasks) = launch(config, None).await?;
         let runtime = tokio::runtime::Handle::current();
-        let mut workers = Vec::with_capacity(shared.spec.workers);
-        for i in 0..shared.spec.workers {
-            let s = shared.clone();
-            let rt = runtime.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("kite-worker-{i}"))
-                .spawn(move || super::worker::run(&s, &rt));
-            match spawned {
-                Ok(w) => workers.push(w),
+        let (pool, own_pool) = match given {
+            Some(p) => (p, false),
+            None => match Pool::new(workers, workers, "kite-worker") {
+                Ok(p) => (p, true),
                 Err(source) => {
                     // Stop what started, so nothing of this controller keeps running.
                     shared.queue.shut_down();
@@ -89,18 +94,25 @@ impl Controller {
                     for t in tasks.iter().chain(shared.watches.take_tasks().iter()) {
                         t.abort();
                     }
-                    for w in workers {
-                        let _ = w.join();
-                    }
                     return Err(Error::SpawnWorker(source));
                 }
-            }
-        }
+            },
+        };
+        shared.queue.set_waker(pool.waker());
+        let member = pool.join(
+            Arc::new(super::worker::QueueSource {
+                shared: shared.clone(),
+                runtime,
+            }),
+            workers,
+        );
         let ns = shared.spec.namespace.as_deref().unwrap_or("*");
-        tracing::info!(controller = %shared.name, kind = %shared.target.display_name(), namespace = %ns, workers = shared.spec.workers, "controller started");
+        tracing::info!(controller = %shared.name, kind = %shared.target.display_name(), namespace = %ns, workers, pool = pool.size(), "controller started");
         Ok(Self {
             shared,
-            workers,
+            pool,
+            member,
+            own_pool,
             shutdown_tx,
             tasks,
         })
@@ -130,6 +142,7 @@ pub(super) async fn launch(
         handler_budget,
         leader,
         outer_lease,
+        pool: _,
     } = config;
     let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
     let target = Target::resolve(&session, &spec.kind, Some(&ns))
@@ -315,22 +328,27 @@ impl Controller {
     pub async fn shutdown(self, grace: Duration) {
         let Controller {
             shared,
-            workers,
+            pool,
+            member,
+            own_pool,
             shutdown_tx,
             tasks,
         } = self;
         shared.queue.shut_down();
-        let mut joined = tokio::task::spawn_blocking(move || {
-            for w in workers {
-                let _ = w.join();
-            }
-        });
-        let mut stopped = tokio::time::timeout(grace, &mut joined).await.is_ok();
+        let leave = |pool: Pool, wait: Duration| async move {
+            tokio::task::spawn_blocking(move || pool.leave(member, wait))
+                .await
+                .unwrap_or(false)
+        };
+        let mut stopped = leave(pool.clone(), grace).await;
         if !stopped {
             tracing::warn!(controller = %shared.name, "handlers still running after {grace:?}; cancelling them");
             shared.stop.store(true, Ordering::Relaxed);
             shared.end_term();
-            stopped = tokio::time::timeout(CANCEL_WAIT, &mut joined).await.is_ok();
+            stopped = leave(pool.clone(), CANCEL_WAIT).await;
+        }
+        if own_pool {
+            let _ = tokio::task::spawn_blocking(move || pool.shut_down()).await;
         }
         // The lease is released only once nothing of ours can still write; otherwise it
         // is left to expire, and the standby waits for that.

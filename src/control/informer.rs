@@ -169,10 +169,11 @@ pub struct Source {
     pub fields: Option<String>,
 }
 
-/// Converts a watched object to the JSON scripts see: apiVersion and kind filled in,
-/// managedFields dropped (large, and of no use to handlers) to keep the cache small.
-fn to_json(obj: DynamicObject, ar: &ApiResource) -> Option<Json> {
-    let mut json = serde_json::to_value(obj).ok()?;
+/// Completes a listed or watched object as scripts see it: apiVersion and kind filled
+/// in (list items lack them), managedFields dropped (large, and of no use to handlers)
+/// to keep the cache small. Objects are decoded straight into JSON, never through a
+/// typed object, so this is the only pass over them before they are cached.
+fn to_json(mut json: Json, ar: &ApiResource) -> Option<Json> {
     let map = json.as_object_mut()?;
     map.entry("apiVersion")
         .or_insert_with(|| Json::from(ar.api_version.clone()));
@@ -234,7 +235,7 @@ pub async fn run(
         }
         let started = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
-            started = tokio::time::timeout(WATCH_START_TIMEOUT, source.api.watch(&params, &from)) => started,
+            started = tokio::time::timeout(WATCH_START_TIMEOUT, watch_json(&source, &params, &from)) => started,
         };
         let mut stream = match started {
             Ok(Ok(stream)) => stream.boxed(),
@@ -305,8 +306,8 @@ pub async fn run(
             events += 1;
             match event {
                 WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
-                    if let Some(v) = obj.metadata.resource_version.clone() {
-                        version = Some(v);
+                    if let Some(v) = rv(&obj) {
+                        version = Some(v.to_owned());
                     }
                     if let Some(change) =
                         to_json(obj, &source.resource).and_then(|j| store.upsert(j))
@@ -315,8 +316,8 @@ pub async fn run(
                     }
                 }
                 WatchEvent::Deleted(obj) => {
-                    if let Some(v) = obj.metadata.resource_version.clone() {
-                        version = Some(v);
+                    if let Some(v) = rv(&obj) {
+                        version = Some(v.to_owned());
                     }
                     let Some(json) = to_json(obj, &source.resource) else {
                         continue;
@@ -360,10 +361,14 @@ async fn list(
     }
     let mut seen = HashSet::new();
     let version = loop {
-        let page = tokio::time::timeout(CALL_TIMEOUT, source.api.list(&params))
+        let mut page = tokio::time::timeout(CALL_TIMEOUT, list_json(source, &params))
             .await
             .map_err(|_| kube::Error::Service("listing timed out".into()))??;
-        for obj in page.items {
+        let items = match page.get_mut("items").map(Json::take) {
+            Some(Json::Array(items)) => items,
+            _ => Vec::new(),
+        };
+        for obj in items {
             let Some(json) = to_json(obj, &source.resource) else {
                 continue;
             };
@@ -374,9 +379,15 @@ async fn list(
                 on_change(change);
             }
         }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params.continue_token = Some(token),
-            None => break page.metadata.resource_version.unwrap_or_default(),
+        let meta = &page["metadata"];
+        match meta["continue"].as_str().filter(|c| !c.is_empty()) {
+            Some(token) => params.continue_token = Some(token.to_owned()),
+            None => {
+                break meta["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
         }
     };
     for key in store.keys().into_iter().filter(|k| !seen.contains(k)) {
@@ -386,6 +397,36 @@ async fn list(
     }
     store.synced.store(true, Ordering::Release);
     Ok(version)
+}
+
+/// One page of the source's list, as JSON.
+async fn list_json(source: &Source, params: &ListParams) -> kube::Result<Json> {
+    let request = kube::core::Request::new(source.api.resource_url())
+        .list(params)
+        .map_err(kube::Error::BuildRequest)?;
+    source
+        .api
+        .clone()
+        .into_client()
+        .request::<Json>(request)
+        .await
+}
+
+/// The source's watch from `version`, its objects decoded as JSON.
+async fn watch_json(
+    source: &Source,
+    params: &WatchParams,
+    version: &str,
+) -> kube::Result<impl futures::Stream<Item = kube::Result<WatchEvent<Json>>> + use<>> {
+    let request = kube::core::Request::new(source.api.resource_url())
+        .watch(params, version)
+        .map_err(kube::Error::BuildRequest)?;
+    source
+        .api
+        .clone()
+        .into_client()
+        .request_events::<Json>(request)
+        .await
 }
 
 fn is_gone(e: &kube::Error) -> bool {

@@ -3,8 +3,10 @@
 //! stopped in-process, several per process.
 //!
 //! A [`controller::Controller`] owns the state its parts share (`shared`): informer
-//! changes are turned into work by `routing`, and `worker` threads do it (the work
-//! itself, per key, is in `reconcile`).
+//! changes are turned into work by `routing`, and the threads of a `pool` (the
+//! controller's own, or one shared by the operator's hosted controllers) do it through
+//! `worker` (the work itself, per key, is in `reconcile`). `manual` is the same
+//! controller driven by a test instead of threads (`k8s.testing`).
 
 pub mod children;
 pub mod controller;
@@ -14,6 +16,7 @@ pub mod informer;
 pub mod leader;
 pub mod manual;
 pub mod metrics;
+pub mod pool;
 pub mod queue;
 mod reconcile;
 pub mod request;

@@ -76,7 +76,13 @@ struct Inner<K> {
     config: QueueConfig,
     state: Mutex<State<K>>,
     wake: Condvar,
+    /// Told (outside the queue's lock) when a key may have become ready: the worker
+    /// pool that serves this queue.
+    waker: std::sync::OnceLock<Waker>,
 }
+
+/// What a queue calls when it may have work: a pool's wake-up.
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
 
 struct State<K> {
     ready: VecDeque<K>,
@@ -225,6 +231,7 @@ where
                 config,
                 state: Mutex::new(state),
                 wake: Condvar::new(),
+                waker: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -239,8 +246,22 @@ where
     /// processed is marked dirty and re-queued when [`done`](Self::done) is called (so the same
     /// key never runs on two workers at once). Ignored after [`shut_down`](Self::shut_down).
     pub fn add(&self, key: K) {
-        if self.lock().enqueue(key) {
+        let ready = self.lock().enqueue(key);
+        if ready {
             self.inner.wake.notify_one();
+            self.poke();
+        }
+    }
+
+    /// Has `waker` called whenever a key may have become ready or a due time moved
+    /// earlier (a worker pool serving several queues); the first call wins.
+    pub fn set_waker(&self, waker: Waker) {
+        let _ = self.inner.waker.set(waker);
+    }
+
+    fn poke(&self) {
+        if let Some(w) = self.inner.waker.get() {
+            w();
         }
     }
 
@@ -248,25 +269,34 @@ where
     /// the sooner one is kept; a later call with an earlier time wins. When due, the key is added
     /// as by [`add`](Self::add); a zero delay adds it now.
     pub fn add_after(&self, key: K, delay: Duration) {
-        let mut state = self.lock();
-        self.add_after_locked(&mut state, key, delay);
+        let changed = {
+            let mut state = self.lock();
+            self.add_after_locked(&mut state, key, delay)
+        };
+        if changed {
+            self.poke();
+        }
     }
 
-    fn add_after_locked(&self, state: &mut State<K>, key: K, delay: Duration) {
+    /// Returns whether a key became ready or the earliest due time moved.
+    fn add_after_locked(&self, state: &mut State<K>, key: K, delay: Duration) -> bool {
         if delay.is_zero() {
             if state.enqueue(key) {
                 self.inner.wake.notify_one();
+                return true;
             }
-            return;
+            return false;
         }
         // A due time beyond what Instant can represent is never reached: drop the key.
         let Some(at) = self.inner.config.clock.now().checked_add(delay) else {
-            return;
+            return false;
         };
         // Every waiter sleeps until the old head or its own deadline, so all must re-time.
         if state.schedule(key, at) {
             self.inner.wake.notify_all();
+            return true;
         }
+        false
     }
 
     /// Requeues after a failure: per-key exponential backoff `base_backoff * 2^failures` capped
@@ -282,7 +312,11 @@ where
             .bucket
             .reserve(config.retry_qps, config.retry_burst, config.clock.now());
         let delay = per_key.max(global);
-        self.add_after_locked(&mut state, key, delay);
+        let changed = self.add_after_locked(&mut state, key, delay);
+        drop(state);
+        if changed {
+            self.poke();
+        }
         delay
     }
 
@@ -298,6 +332,7 @@ where
 
     /// Blocks until a key is ready and returns it marked as processing; returns `None` once the
     /// queue is shut down, even if keys remain.
+    #[cfg(test)]
     pub fn get(&self) -> Option<K> {
         self.get_until(None)
     }
@@ -309,6 +344,7 @@ where
         self.get_until(self.inner.config.clock.now().checked_add(timeout))
     }
 
+    #[cfg(test)]
     fn get_until(&self, deadline: Option<Instant>) -> Option<K> {
         let mut state = self.lock();
         loop {
@@ -378,16 +414,24 @@ where
     /// How long until the earliest delayed key is due, by the clock.
     pub fn next_due_in(&self) -> Option<Duration> {
         let mut state = self.lock();
+        // Nothing is handed out after shutdown, so nothing is ever due.
+        if state.shut_down {
+            return None;
+        }
         let now = self.inner.config.clock.now();
         state.next_due().map(|at| at.saturating_duration_since(now))
     }
 
     /// Marks processing finished; if the key was added while processing, it is queued again now.
     pub fn done(&self, key: &K) {
-        let mut state = self.lock();
-        state.processing.remove(key);
-        if state.dirty.remove(key) && state.enqueue(key.clone()) {
+        let ready = {
+            let mut state = self.lock();
+            state.processing.remove(key);
+            state.dirty.remove(key) && state.enqueue(key.clone())
+        };
+        if ready {
             self.inner.wake.notify_one();
+            self.poke();
         }
     }
 
@@ -413,9 +457,11 @@ where
     pub fn shut_down(&self) {
         self.lock().shut_down = true;
         self.inner.wake.notify_all();
+        self.poke();
     }
 
     /// Whether [`shut_down`](Self::shut_down) was called.
+    #[cfg(test)]
     pub fn is_shut_down(&self) -> bool {
         self.lock().shut_down
     }

@@ -118,6 +118,7 @@ pub fn run(
             handler_budget: opts.handler_budget,
             leader,
             outer_lease: None,
+            pool: None,
         };
         let controller = Controller::start(config).await?;
         let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,6 +1,6 @@
-//! One worker thread: takes a key from the queue, has `reconcile` deliver its pending
-//! events and run the level-triggered reconcile or the finalizer, and requeues according
-//! to the outcome, with backoff on failure.
+//! The work of one key on a pool thread: `reconcile` delivers its pending events and
+//! runs the level-triggered reconcile or the finalizer, then the key is requeued
+//! according to the outcome, with backoff on failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,55 +14,57 @@ use super::reconcile::{deliver, owns_ready, reconcile, set_ready};
 use super::shared::{EventItem, Pending, Shared, WorkKey};
 use crate::control::children::condition::Ready;
 
-/// Runs until the queue shuts down. Blocking here is fine: this is a plain thread.
-pub(super) fn run(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle) {
-    loop {
-        if shared.leader_election {
-            // A standby keeps its cache warm but does not reconcile.
-            let mut leading = shared.leading.clone();
-            let got = runtime.block_on(async {
-                tokio::time::timeout(Duration::from_millis(500), leading.wait_for(|l| *l)).await
-            });
-            if !matches!(got, Ok(Ok(_))) {
-                if shared.queue.is_shut_down() {
-                    return;
-                }
-                continue;
-            }
+/// A controller's queue as work for a [`Pool`](super::pool::Pool): a job per ready key,
+/// none while this replica does not lead (a standby keeps its cache warm only).
+pub(super) struct QueueSource {
+    pub shared: Arc<Shared>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl super::pool::Source for QueueSource {
+    fn take(&self) -> Option<Box<dyn FnOnce() + Send>> {
+        if !self.shared.is_leading() {
+            return None;
         }
-        let Some(item) = shared.queue.get() else {
-            return;
-        };
-        if !shared.is_leading() {
-            // Leadership was lost while waiting: hand the key back for the next leader.
-            shared.queue.done(&item);
-            shared.queue.add(item);
-            continue;
-        }
-        // A panic (a bug in kite, never a script error) must not take the worker and
-        // its key with it: it is logged and counted, and the key retried with backoff.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &item {
-            WorkKey::Primary(key) => {
-                process(shared, runtime, &item, key);
-            }
-            WorkKey::Related(i, key) => map_related(shared, *i, key),
-        }));
-        if let Err(panic) = outcome {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".to_owned());
-            tracing::error!(controller = %shared.name, item = ?item, "worker panicked: {what}");
-            shared
-                .metrics
-                .record_error(format!("internal error (panic): {what}"));
-            shared.queue.done(&item);
-            shared.queue.add_rate_limited(item);
-            continue;
-        }
-        shared.queue.done(&item);
+        let item = self.shared.queue.try_get()?;
+        let (shared, runtime) = (self.shared.clone(), self.runtime.clone());
+        Some(Box::new(move || work(&shared, &runtime, item)))
     }
+
+    fn next_due_in(&self) -> Option<Duration> {
+        // A standby takes nothing, so its due keys must not keep the pool awake.
+        if !self.shared.is_leading() {
+            return None;
+        }
+        self.shared.queue.next_due_in()
+    }
+}
+
+/// Processes one key on a pool thread. Blocking here is fine: it is a plain thread.
+fn work(shared: &Arc<Shared>, runtime: &tokio::runtime::Handle, item: WorkKey) {
+    // A panic (a bug in kite, never a script error) must not take the thread and the
+    // key with it: it is logged and counted, and the key retried with backoff.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &item {
+        WorkKey::Primary(key) => {
+            process(shared, runtime, &item, key);
+        }
+        WorkKey::Related(i, key) => map_related(shared, *i, key),
+    }));
+    if let Err(panic) = outcome {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        tracing::error!(controller = %shared.name, item = ?item, "worker panicked: {what}");
+        shared
+            .metrics
+            .record_error(format!("internal error (panic): {what}"));
+        shared.queue.done(&item);
+        shared.queue.add_rate_limited(item);
+        return;
+    }
+    shared.queue.done(&item);
 }
 
 /// Runs a `watch_related` map function and requeues the primaries it names. Its errors

@@ -201,6 +201,7 @@ impl Version {
             handler_budget: opts.handler_budget,
             leader,
             outer_lease: None,
+            pool: None,
         };
         Ok(self.host.runtime.block_on(Controller::start(config))?)
     }

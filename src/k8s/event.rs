@@ -102,19 +102,19 @@ pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Resu
         "count": 1,
     });
     let dry_run = session.dry_run;
-    let body: DynamicObject =
-        serde_json::from_value(event).map_err(|e| Error::Manifest(e.to_string()))?;
-    match api
+    let body = serde_json::to_vec(&event).map_err(Error::Encode)?;
+    // Sent and decoded as JSON: an event per reconcile is common, so no typed detour.
+    let request = kube::core::Request::new(api.resource_url())
         .create(
             &PostParams {
                 dry_run,
                 ..Default::default()
             },
-            &body,
+            body,
         )
-        .await
-    {
-        Ok(created) => to_json(&created),
+        .map_err(kube::Error::BuildRequest)?;
+    match api.clone().into_client().request::<Json>(request).await {
+        Ok(created) => Ok(created),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             bump(&api, &event_name, &ts, dry_run).await
         }

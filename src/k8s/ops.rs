@@ -117,12 +117,21 @@ impl Target {
     }
 }
 
-fn to_json(obj: &DynamicObject) -> Result<Json> {
-    serde_json::to_value(obj).map_err(Error::Encode)
+/// A request builder for `target`'s URL and the client to send it with. Requests go out
+/// and come back as JSON, never through a typed object: one decode per response.
+fn raw(session: &Session, target: &Target) -> (kube::Client, kube::core::Request) {
+    let api = target.api(session);
+    let request = kube::core::Request::new(api.resource_url());
+    (api.into_client(), request)
 }
 
-fn from_json(obj: &Json) -> Result<DynamicObject> {
-    serde_json::from_value(obj.clone()).map_err(|e| Error::Manifest(e.to_string()))
+/// Sends a built request and decodes the answer as JSON.
+async fn send(
+    client: &kube::Client,
+    request: std::result::Result<hyper::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<Json> {
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    Ok(client.request::<Json>(request).await?)
 }
 
 fn dry_run_params(session: &Session, dry_run: bool) -> bool {
@@ -142,8 +151,9 @@ pub async fn get(
 
 /// GET one object of a resolved kind.
 pub async fn get_of(session: &Session, target: &Target, name: &str) -> Result<Json> {
-    let obj = target.api(session).get(name).await?;
-    Ok(target.complete(to_json(&obj)?))
+    let (client, request) = raw(session, target);
+    let obj = send(&client, request.get(name, &kube::api::GetParams::default())).await?;
+    Ok(target.complete(obj))
 }
 
 /// LIST objects, optionally by label and field selector.
@@ -162,11 +172,13 @@ pub async fn list(
     if let Some(f) = fields {
         params = params.fields(f);
     }
-    let list = target.api(session).list(&params).await?;
-    list.items
-        .iter()
-        .map(|o| Ok(target.complete(to_json(o)?)))
-        .collect()
+    let (client, request) = raw(session, &target);
+    let mut list = send(&client, request.list(&params)).await?;
+    let items = match list.get_mut("items").map(Json::take) {
+        Some(Json::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    Ok(items.into_iter().map(|o| target.complete(o)).collect())
 }
 
 /// The resolved target of a manifest: its apiVersion/kind, namespace and name.
@@ -209,13 +221,14 @@ pub async fn create(
     dry_run: bool,
 ) -> Result<Json> {
     let (target, _) = manifest_target(session, manifest, namespace).await?;
-    let obj = from_json(&with_namespace(manifest, &target))?;
+    let body = serde_json::to_vec(&with_namespace(manifest, &target)).map_err(Error::Encode)?;
     let params = PostParams {
         dry_run: dry_run_params(session, dry_run),
         ..Default::default()
     };
-    let created = target.api(session).create(&params, &obj).await?;
-    Ok(target.complete(to_json(&created)?))
+    let (client, request) = raw(session, &target);
+    let created = send(&client, request.create(&params, body)).await?;
+    Ok(target.complete(created))
 }
 
 /// Server-side apply of one manifest.
@@ -232,11 +245,9 @@ pub async fn apply(
     params.force = force;
     params.dry_run = dry_run_params(session, dry_run);
     let body = with_namespace(manifest, &target);
-    let applied = target
-        .api(session)
-        .patch(&name, &params, &Patch::Apply(&body))
-        .await?;
-    Ok(target.complete(to_json(&applied)?))
+    let (client, request) = raw(session, &target);
+    let applied = send(&client, request.patch(&name, &params, &Patch::Apply(&body))).await?;
+    Ok(target.complete(applied))
 }
 
 /// DELETE one object.
@@ -295,13 +306,13 @@ pub async fn patch(
         dry_run: session.dry_run,
         ..Default::default()
     };
-    let api = target.api(session);
-    let out = if subresource_status {
-        api.patch_status(name, &params, patch).await?
+    let (client, request) = raw(session, target);
+    let built = if subresource_status {
+        request.patch_subresource("status", name, &params, patch)
     } else {
-        api.patch(name, &params, patch).await?
+        request.patch(name, &params, patch)
     };
-    Ok(target.complete(to_json(&out)?))
+    Ok(target.complete(send(&client, built).await?))
 }
 
 /// The API server's version.

@@ -59,6 +59,8 @@ pub struct Plan {
     /// The operator's lease, when it elects a leader: the hosted controller writes
     /// nothing once it has run out.
     pub lease: Option<std::sync::Arc<crate::control::leader::Validity>>,
+    /// The operator's worker threads, shared by every hosted controller.
+    pub pool: crate::control::pool::Pool,
 }
 
 /// A running hosted controller.
@@ -131,6 +133,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         handler_budget: plan.handler_budget,
         leader: None,
         outer_lease: plan.lease,
+        pool: Some(plan.pool),
     };
     let controller = Controller::start(config).await?;
     Ok(Hosted {

@@ -82,9 +82,20 @@ pub enum Error {
     Register(#[from] registration::Error),
     #[error("lost the leader-election lease; exiting so a standby takes over")]
     LoseLeadership,
+    #[error("starting the hosted controllers' worker threads: {0}")]
+    StartPool(#[source] std::io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Threads shared by the hosted controllers: two per core (at least four), growing to
+/// three per core plus eight while every one is stuck in a handler. A hosted
+/// controller's `workers` caps its share, so one cannot take them all.
+fn hosted_threads() -> (usize, usize) {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let size = (2 * cores).clamp(4, 64);
+    (size, (3 * cores + 8).max(size))
+}
 
 /// The name of the operator's own lease.
 pub const LEASE: &str = "kite-operator";
@@ -128,6 +139,11 @@ pub async fn run(
     };
 
     let registry = Arc::new(Registry::default());
+    // One pool of worker threads for every hosted controller: their number follows the
+    // cores, not the number of controllers.
+    let (size, cap) = hosted_threads();
+    let pool =
+        crate::control::pool::Pool::new(size, cap, "kite-hosted").map_err(Error::StartPool)?;
     let lease = opts
         .leader_election
         .as_ref()
@@ -169,6 +185,7 @@ pub async fn run(
         operator_namespace: opts.operator_namespace.clone(),
         approval: approval::Key::new(&material.approval_key),
         lease: lease.clone(),
+        pool: pool.clone(),
     });
     let tls = Arc::new(Tls::new(&material)?);
     let (bound, serve) = webhook::webhook(
@@ -326,6 +343,7 @@ pub async fn run(
         opts.grace
     };
     futures::future::join_all(hosted.into_iter().map(|h| h.controller.shutdown(grace))).await;
+    let _ = tokio::task::spawn_blocking(move || pool.shut_down()).await;
     flusher.abort();
     keeper.abort();
     let _ = release_tx.send(true);

@@ -54,6 +54,8 @@ pub struct Context {
     pub approval: approval::Key,
     /// The operator's lease, when it elects a leader.
     pub lease: Option<Arc<crate::control::leader::Validity>>,
+    /// The worker threads every hosted controller shares.
+    pub pool: crate::control::pool::Pool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -293,6 +295,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         limits: ctx.limits.clone(),
         confined: K::CONFINED,
         lease: ctx.lease.clone(),
+        pool: ctx.pool.clone(),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {

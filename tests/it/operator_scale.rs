@@ -21,6 +21,16 @@ fn rss_mb(pid: u32) -> f64 {
     kb / 1024.0
 }
 
+/// The process's thread count.
+fn threads(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
 async fn ready_count(ns: &str) -> usize {
     let out = kubectl(&["get", "slc", "-n", ns, "-o", "json"]).await;
     let list: Json = serde_json::from_slice(&out.stdout).unwrap_or(Json::Null);
@@ -162,6 +172,21 @@ async fn fifty_controllers_in_one_operator_and_a_restart() {
     )
     .await;
     let with_50 = rss_mb(op.pid());
+    // The hosted controllers share one pool of worker threads: the count follows the
+    // cores, not the 50 controllers (2 workers each). Threads that evaluated the
+    // scripts' top levels idle out of tokio's blocking pool within seconds.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let limit = 4 * cores + 16;
+    wait_until(
+        &format!("the operator at most {limit} threads"),
+        Duration::from_secs(60),
+        || async { threads(op.pid()) <= limit },
+    )
+    .await;
+    eprintln!(
+        "kite operator threads with {COUNT} controllers: {}",
+        threads(op.pid())
+    );
 
     // They come and go: delete all, create all again.
     kubectl_ok(&["delete", "slc", "--all", "-n", ns, "--timeout=120s"]).await;

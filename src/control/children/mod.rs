@@ -6,6 +6,7 @@ pub mod condition;
 pub mod readiness;
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 
@@ -311,11 +312,9 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
             report.changed.push(what.clone());
         }
         // The cache has the freshest status (the apply response may predate a rollout).
-        let current = cached
-            .filter(|c| rv(c) == rv(&applied))
-            .map(|c| (*c).clone())
-            .unwrap_or(applied);
-        if let Some(why) = readiness::not_ready(&current) {
+        let fresh = cached.filter(|c| rv(c) == rv(&applied));
+        let current: &Json = fresh.as_deref().unwrap_or(&applied);
+        if let Some(why) = readiness::not_ready(current) {
             report.waiting.push(format!("{what} ({why})"));
         }
     }
@@ -328,13 +327,10 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         let watched = ctx
             .watches
             .ensure(ctx.session, &resource, Role::Children, ctx.namespace);
-        let candidates: Vec<Json> = if watched.store.is_synced() {
-            watched
-                .store
-                .objects()
-                .iter()
-                .map(|o| (**o).clone())
-                .collect()
+        // The cache's own objects, shared: a reconcile looks at every cached child of
+        // the kind but copies none.
+        let candidates: Vec<Arc<Json>> = if watched.store.is_synced() {
+            watched.store.objects()
         } else {
             let selector = format!("{}={set_id}", applyset::PART_OF_LABEL);
             ops::list(
@@ -349,6 +345,9 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
                 what: group_kind.clone(),
                 source,
             })?
+            .into_iter()
+            .map(Arc::new)
+            .collect()
         };
         for obj in candidates {
             let m = &obj["metadata"];
@@ -370,7 +369,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
                 namespace: m["namespace"].as_str().map(str::to_owned),
             };
             let name = m["name"].as_str().unwrap_or_default();
-            let what = display(&target.complete(obj.clone()));
+            let what = display(&target.complete((*obj).clone()));
             match target
                 .api(ctx.session)
                 .delete(name, &kube::api::DeleteParams::default())
