@@ -13,6 +13,9 @@ use super::diff;
 /// (their next write shows as "first write seen").
 const REMEMBERED: usize = 10_000;
 
+/// The most write lines kept for one thread's next reconcile line.
+const PENDING_PER_THREAD: usize = 200;
+
 /// One finished reconcile, as the worker logs it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Reconcile {
@@ -38,8 +41,10 @@ pub struct Printer {
 
 #[derive(Default)]
 struct State {
-    /// Lines for writes not yet shown under a reconcile.
-    pending: Vec<String>,
+    /// Lines for writes not yet shown under a reconcile, by the thread that made them:
+    /// a reconcile runs on one pool thread from its first write to its log line, so its
+    /// writes are exactly those of its thread.
+    pending: HashMap<std::thread::ThreadId, Vec<String>>,
     /// The last state a write returned, by uid.
     seen: HashMap<String, Json>,
     /// Uids in the order first seen, to forget the oldest.
@@ -104,7 +109,14 @@ impl Printer {
             .unwrap_or_default()
             .to_owned();
         let line = diff::write_line(state.seen.get(&uid), obj, now);
-        state.pending.push(line);
+        let mine = state
+            .pending
+            .entry(std::thread::current().id())
+            .or_default();
+        mine.push(line);
+        // Writes no reconcile line follows (a top level's) must not pile up.
+        let over = mine.len().saturating_sub(PENDING_PER_THREAD);
+        mine.drain(..over);
         if uid.is_empty() {
             return;
         }
@@ -125,7 +137,11 @@ impl Printer {
 
     /// Prints a reconcile line and, indented below it, the writes made since the last.
     pub fn reconciled(&self, r: &Reconcile) {
-        let writes = std::mem::take(&mut self.state().pending);
+        let writes = self
+            .state()
+            .pending
+            .remove(&std::thread::current().id())
+            .unwrap_or_default();
         let clock = jiff::Timestamp::now()
             .to_zoned(self.zone.clone())
             .strftime("%H:%M:%S")
@@ -220,7 +236,11 @@ mod tests {
         };
         p.wrote(&cm("1"));
         p.wrote(&cm("2"));
-        let pending = std::mem::take(&mut p.state().pending);
+        let pending = p
+            .state()
+            .pending
+            .remove(&std::thread::current().id())
+            .unwrap_or_default();
         assert_eq!(
             pending,
             [
@@ -233,5 +253,27 @@ mod tests {
                 .get("managedFields")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn writes_show_under_the_reconcile_of_their_own_thread() {
+        let buffer = Buffer::default();
+        let p = std::sync::Arc::new(Printer::to(Box::new(buffer.clone()), false));
+        let cm = |name: &str| json!({"kind": "ConfigMap", "metadata": {"name": name, "namespace": "n", "uid": name}});
+        let other = p.clone();
+        std::thread::spawn(move || other.wrote(&cm("theirs")))
+            .join()
+            .unwrap();
+        p.wrote(&cm("mine"));
+        p.reconciled(&Reconcile {
+            key: "n/mine".into(),
+            trigger: "update".into(),
+            duration_ms: 1,
+            outcome: "success".into(),
+            detail: String::new(),
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("configmap n/mine"), "{text}");
+        assert!(!text.contains("theirs"), "another thread's write: {text}");
     }
 }
