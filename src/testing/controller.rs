@@ -213,8 +213,11 @@ fn controller_methods(builder: &mut MethodsBuilder) {
     /// How long until the next requeue or retry is due, as a duration string, or
     /// None when nothing waits.
     fn next_requeue<'v>(this: &TestController) -> anyhow::Result<NoneOr<String>> {
+        // Whole seconds: the real time spent since the requeue is not the test's business.
         Ok(match this.driver.manual.next_due_in() {
-            Some(d) => NoneOr::Other(crate::duration::format(d)),
+            Some(d) => NoneOr::Other(crate::duration::format(std::time::Duration::from_secs(
+                d.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX),
+            ))),
             None => NoneOr::None,
         })
     }

@@ -218,3 +218,13 @@ async fn examples_pass_and_a_broken_example_fails_with_a_diff() {
         "{stdout}"
     );
 }
+
+/// `k8s.testing`'s own behaviour through a controller written for it: related objects,
+/// retries after backoff, requeues on virtual time.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_testing_controller_follows_related_objects_retries_and_requeues() {
+    let out = kite_output(&["test", "tests/scripts/testing"], T).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.ends_with("3 passed, 0 failed\n"), "{stdout}");
+}
