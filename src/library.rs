@@ -167,6 +167,31 @@ k8s.fake(default = True, objects = [{"apiVersion": "v1", "kind": "Pod", "metadat
         );
     }
 
+    #[test]
+    fn calls_of_missing_k8s_functions_are_named_with_the_closest() {
+        let found = problems(
+            library(),
+            "k8s.gett('pods', 'x')\nk8s.obj.deploymnt(name = 'x')\nk8s.testing.controler('c.star', cluster = None)\n",
+        );
+        let all = found.join("\n");
+        assert!(
+            all.contains("k8s.gett(): k8s has no function \"gett\"; did you mean \"get\"?"),
+            "{all}"
+        );
+        assert!(all.contains("did you mean \"deployment\"?"), "{all}");
+        assert!(all.contains("did you mean \"controller\"?"), "{all}");
+        for fine in [
+            "k8s.try_get('pods', 'x')",
+            "k8s.control('pods', reconcile = None)",
+            "k8s.fake().get('pods', 'x')",
+            "k8s.testing.ready(None, 'deployment', 'web')",
+            "time.sleep(1)",
+            "def f():\n    k8s = None\n    k8s.whatever()\n",
+        ] {
+            assert_eq!(problems(library(), fine), Vec::<String>::new(), "{fine}");
+        }
+    }
+
     /// A fake needs no permission because it reaches nothing: the exemption must not
     /// stretch to real clusters, and fixture files must stay below the test's directory.
     #[test]

@@ -66,6 +66,11 @@ pub fn diagnose(index: &Index, name: &str, text: &str) -> Vec<Diagnostic> {
     }
     let mut spans: HashSet<(usize, usize)> = HashSet::new();
     for (span, problem) in crate::script::lint::check_calls(library, &ast) {
+        // Missing members are reported below, for every use and every namespace, not
+        // only for calls in `kite check`'s closed namespaces: once is enough.
+        if problem.contains(" has no function ") {
+            continue;
+        }
         let range = call_range(&span);
         spans.insert(range);
         out.push(diagnostic(

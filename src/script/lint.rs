@@ -156,7 +156,12 @@ pub fn check_calls(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)
             problems.push((ast.file_span(expr.span), problem));
             return;
         }
-        let Some(sig) = known.get(&name) else { return };
+        let Some(sig) = known.get(&name) else {
+            if let Some(problem) = unknown_member(&known, &name) {
+                problems.push((ast.file_span(callee.span), problem));
+            }
+            return;
+        };
         let mut positional = 0;
         let mut named = Vec::new();
         for arg in &args.args {
@@ -172,6 +177,46 @@ pub fn check_calls(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)
         }
     });
     problems
+}
+
+/// The namespaces whose every function has a signature, so a call of anything else in
+/// them is a typo (`k8s.gett(...)`), not something `kite check` merely does not know.
+const CLOSED: &[&str] = &["k8s", "k8s.obj", "k8s.testing"];
+
+/// The problem with calling `name` when it is a missing member of a closed namespace,
+/// with the closest existing name.
+fn unknown_member(known: &BTreeMap<String, Signature>, name: &str) -> Option<String> {
+    let (scope, member) = name.rsplit_once('.')?;
+    if !CLOSED.contains(&scope) {
+        return None;
+    }
+    // Every k8s function also has its `try_` form.
+    if scope == "k8s"
+        && member
+            .strip_prefix("try_")
+            .is_some_and(|m| known.contains_key(&format!("k8s.{m}")))
+    {
+        return None;
+    }
+    let prefix = format!("{scope}.");
+    let siblings: Vec<&str> = known
+        .keys()
+        .filter_map(|k| k.strip_prefix(prefix.as_str()))
+        .filter(|m| !m.contains('.'))
+        .collect();
+    if siblings.is_empty() {
+        return None;
+    }
+    let suggestion = siblings
+        .iter()
+        .map(|k| (strsim::levenshtein(member, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min()
+        .map(|(_, k)| format!("; did you mean {k:?}?"))
+        .unwrap_or_default();
+    Some(format!(
+        "{name}(): {scope} has no function {member:?}{suggestion}"
+    ))
 }
 
 fn dotted_name(expr: &AstExpr) -> Option<String> {
