@@ -163,6 +163,19 @@ async fn handle(webhook: Arc<Webhook>, req: Request<Incoming>) -> Response<Full<
 
 async fn admit(webhook: Arc<Webhook>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
+    // A declared length over the cap is refused before any of the body is read, so a
+    // client waiting for `100 Continue` gets this answer instead of a reset connection.
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|len| *len > MAX_BODY as u64) {
+        return crate::http::text(
+            StatusCode::BAD_REQUEST,
+            format!("length limit exceeded: the body is {len} bytes, more than {MAX_BODY}\n"),
+        );
+    }
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return crate::http::text(StatusCode::BAD_REQUEST, format!("{e}\n")),
