@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean bench chaos
+.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean bench bench-operator chaos
 
 all: build
 
@@ -42,6 +42,14 @@ demo: cluster-up build
 bench: cluster-up
 	$(CARGO) build --release --locked
 	$(CARGO) bench --locked --bench controllers
+
+## One kite operator hosting 100, 500 and 1000 StarlarkControllers across 50 namespaces
+## (plus 20 ClusterStarlarkControllers on Pods), then three sharded replicas (not part
+## of `make test`; about 15 minutes, KITE_BENCH_SIZES=100,500 for less). The table is
+## printed and kept in target/bench/operator.md, with the operators' logs.
+bench-operator: cluster-up
+	$(CARGO) build --release --locked
+	$(CARGO) bench --locked --bench operator
 
 ## Faults injected into the local cluster (a TCP fault proxy, SIGSTOP of kite): every
 ## fault test, the slow ones included (about 20 minutes); `make test` runs the fast ones.

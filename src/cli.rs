@@ -87,6 +87,11 @@ pub struct OperatorArgs {
     /// The namespace of the Lease (default: the pod's namespace, else "default").
     #[arg(long, value_name = "NS")]
     pub leader_election_namespace: Option<String>,
+    /// `auto`: spread the StarlarkControllers over every replica running with it
+    /// (membership Leases in the operator's namespace, a consistent hash of each uid);
+    /// `off`: this replica runs them all (with --leader-election, while it leads).
+    #[arg(long, value_name = "MODE", default_value = "off", value_parser = ["off", "auto"], conflicts_with = "leader_election")]
+    pub shards: String,
     /// The ClusterRole bounding what a StarlarkController may be granted.
     #[arg(
         long,

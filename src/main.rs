@@ -102,6 +102,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
                 .health_port
                 .map(|p| std::net::SocketAddr::new(args.health_bind, p)),
             leader_election: lease_namespace,
+            shards: args.shards == "auto",
             identity: kite::default_identity(),
             ceiling: args.ceiling.clone(),
             handler_budget: args.handler_timeout,

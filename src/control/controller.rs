@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::handlers::Handlers;
-use super::informer::{self, Source, Store};
+use super::informer;
+use super::informers::{self, Access};
 use super::leader::{self, LeaderConfig, Validity};
 use super::metrics::{Metrics, Scrape, Series};
 use super::pool::Pool;
@@ -32,6 +33,11 @@ pub enum Error {
     },
     #[error("spawning a worker thread: {0}")]
     SpawnWorker(#[source] std::io::Error),
+    #[error("watching {kind}: {source}")]
+    Watch {
+        kind: String,
+        source: informers::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -56,6 +62,9 @@ pub struct Config {
     /// The worker threads to share (the operator's pool); `None` starts a pool of
     /// `workers` threads for this controller alone.
     pub pool: Option<Pool>,
+    /// The informers to subscribe to (the operator's, shared and gated); `None` starts
+    /// informers for this controller alone, with its own client.
+    pub informers: Option<Access>,
 }
 
 /// How long cancelled handlers get to unwind before the lease is released.
@@ -69,6 +78,8 @@ pub struct Controller {
     member: u64,
     /// The pool is this controller's own, stopped with it.
     own_pool: bool,
+    /// The informers are this controller's own, awaited when it stops.
+    own_informers: bool,
     shutdown_tx: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -80,6 +91,7 @@ impl Controller {
     /// An unknown kind, or discovery failing.
     pub async fn start(mut config: Config) -> Result<Self> {
         let given = config.pool.take();
+        let own_informers = config.informers.is_none();
         let workers = config.spec.workers;
         let (shared, shutdown_tx, tasks) = launch(config, None).await?;
         let runtime = tokio::runtime::Handle::current();
@@ -91,7 +103,8 @@ impl Controller {
                     // Stop what started, so nothing of this controller keeps running.
                     shared.queue.shut_down();
                     let _ = shutdown_tx.send(true);
-                    for t in tasks.iter().chain(shared.watches.take_tasks().iter()) {
+                    shared.watches.close();
+                    for t in &tasks {
                         t.abort();
                     }
                     return Err(Error::SpawnWorker(source));
@@ -113,6 +126,7 @@ impl Controller {
             pool,
             member,
             own_pool,
+            own_informers,
             shutdown_tx,
             tasks,
         })
@@ -143,6 +157,7 @@ pub(super) async fn launch(
         leader,
         outer_lease,
         pool: _,
+        informers,
     } = config;
     let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
     let target = Target::resolve(&session, &spec.kind, Some(&ns))
@@ -160,6 +175,24 @@ pub(super) async fn launch(
     for kind in &spec.watch_related {
         related.push(resolve(&session, kind).await?);
     }
+    // The primary informer first: a refusal leaves nothing running.
+    let access = informers.unwrap_or_else(Access::private);
+    let primary = access
+        .open(
+            &session,
+            &informers::Want {
+                resource: &target.resource.api_resource,
+                namespaced: target.resource.namespaced,
+                namespace: target.namespace.as_deref().filter(|n| *n != "*"),
+                labels: spec.labels.as_deref(),
+                fields: spec.field_selector.as_deref(),
+            },
+        )
+        .await
+        .map_err(|source| Error::Watch {
+            kind: spec.kind.clone(),
+            source,
+        })?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (leading_tx, leading_rx) = watch::channel(leader.is_none());
     let own_lease = Validity::new();
@@ -169,13 +202,11 @@ pub(super) async fn launch(
         clock: manual.clone().unwrap_or_default(),
         ..QueueConfig::default()
     });
-    let runtime = tokio::runtime::Handle::current();
     let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
         watches: {
             let (on_change, on_restart) = (me.clone(), me.clone());
             Watches::new(
-                runtime.clone(),
-                shutdown_rx.clone(),
+                access,
                 move |role, c| {
                     if let Some(s) = on_change.upgrade() {
                         s.on_secondary(role, c);
@@ -192,7 +223,7 @@ pub(super) async fn launch(
         with_children: Mutex::default(),
         name,
         leader_election: leader.is_some(),
-        store: Arc::new(Store::default()),
+        store: primary.store(),
         pending: Mutex::default(),
         metrics: Arc::new(Metrics::new()),
         leading: leading_rx,
@@ -210,21 +241,20 @@ pub(super) async fn launch(
         session,
     });
     let mut tasks = Vec::new();
-    let source = Source {
-        api: shared.target.api(&shared.session),
-        resource: shared.target.resource.api_resource.clone(),
-        labels: shared.spec.labels.clone(),
-        fields: shared.spec.field_selector.clone(),
-    };
-    let cb = shared.clone();
-    let restarts = shared.clone();
-    tasks.push(tokio::spawn(informer::run(
-        source,
-        shared.store.clone(),
-        move |c| cb.on_change(c),
-        move || restarts.metrics.record_watch_restart(),
-        shutdown_rx.clone(),
-    )));
+    // Weak: the informer may outlive this controller (others subscribe to it).
+    let (cb, restarts) = (Arc::downgrade(&shared), Arc::downgrade(&shared));
+    shared.watches.hold_primary(primary.subscribe(
+        move |c| {
+            if let Some(s) = cb.upgrade() {
+                s.on_change(c);
+            }
+        },
+        move || {
+            if let Some(s) = restarts.upgrade() {
+                s.metrics.record_watch_restart();
+            }
+        },
+    ));
     if let Some(period) = shared.spec.poll.filter(|_| manual.is_none()) {
         tasks.push(tokio::spawn(every(
             period,
@@ -279,21 +309,35 @@ pub(super) async fn launch(
     } else {
         drop(leading_tx);
     }
-    for resource in owned {
-        shared.watches.ensure(
-            &shared.session,
-            &resource,
-            Role::Owned,
-            shared.spec.namespace.as_deref(),
-        );
-    }
-    for (i, resource) in related.into_iter().enumerate() {
-        shared.watches.ensure(
-            &shared.session,
-            &resource,
-            Role::Related(i),
-            shared.spec.namespace.as_deref(),
-        );
+    let secondary = owned.into_iter().map(|r| (r, Role::Owned)).chain(
+        related
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| (r, Role::Related(i))),
+    );
+    for (resource, role) in secondary {
+        let watched = shared
+            .watches
+            .ensure(
+                &shared.session,
+                &resource,
+                role,
+                shared.spec.namespace.as_deref(),
+            )
+            .await;
+        if let Err(source) = watched {
+            // Stop what started, so nothing of this controller keeps running.
+            shared.queue.shut_down();
+            let _ = shutdown_tx.send(true);
+            shared.watches.close();
+            for t in &tasks {
+                t.abort();
+            }
+            return Err(Error::Watch {
+                kind: resource.api_resource.kind.clone(),
+                source,
+            });
+        }
     }
     Ok((shared, shutdown_tx, tasks))
 }
@@ -302,6 +346,12 @@ impl Controller {
     /// The probe for /healthz, /readyz and /metrics.
     pub fn probe(&self) -> Arc<dyn crate::http::Probe> {
         Arc::new(ControllerProbe(self.shared.clone()))
+    }
+
+    /// How this controller reaches its informers: [`Access::reauthorize`] asks again
+    /// whether it may still read what it watches.
+    pub fn access(&self) -> Access {
+        self.shared.watches.access().clone()
     }
 
     /// Reconcile and error counts so far.
@@ -331,6 +381,7 @@ impl Controller {
             pool,
             member,
             own_pool,
+            own_informers,
             shutdown_tx,
             tasks,
         } = self;
@@ -364,9 +415,18 @@ impl Controller {
             }
         }
         let _ = shutdown_tx.send(true);
-        for t in tasks.into_iter().chain(shared.watches.take_tasks()) {
+        shared.watches.close();
+        for t in tasks {
             // The leader task releases the lease on shutdown; give it a moment.
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+        if own_informers {
+            shared
+                .watches
+                .access()
+                .informers()
+                .join(Duration::from_secs(5))
+                .await;
         }
         tracing::info!(controller = %shared.name, "controller stopped");
     }

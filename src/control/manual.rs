@@ -41,6 +41,8 @@ pub struct Manual {
     shared: Arc<Shared>,
     shutdown_tx: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The informers are this controller's own, stopped with it.
+    own_informers: bool,
     clock: Clock,
     runtime: tokio::runtime::Handle,
     /// How far the clock had moved at the last `advance`, to count poll and resync ticks.
@@ -56,11 +58,13 @@ impl Manual {
     /// [`step`]: Self::step
     pub async fn start(config: Config) -> controller::Result<Self> {
         let clock = Clock::default();
+        let own_informers = config.informers.is_none();
         let (shared, shutdown_tx, tasks) = launch(config, Some(clock.clone())).await?;
         Ok(Self {
             shared,
             shutdown_tx,
             tasks,
+            own_informers,
             clock,
             runtime: tokio::runtime::Handle::current(),
             moved: Mutex::new(Duration::ZERO),
@@ -198,12 +202,12 @@ impl Drop for Manual {
     fn drop(&mut self) {
         self.shared.queue.shut_down();
         let _ = self.shutdown_tx.send(true);
-        for t in self
-            .tasks
-            .iter()
-            .chain(self.shared.watches.take_tasks().iter())
-        {
+        self.shared.watches.close();
+        for t in &self.tasks {
             t.abort();
+        }
+        if self.own_informers {
+            self.shared.watches.access().informers().abort();
         }
     }
 }

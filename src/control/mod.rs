@@ -13,6 +13,7 @@ pub mod controller;
 pub mod finalizer;
 pub mod handlers;
 pub mod informer;
+pub mod informers;
 pub mod leader;
 pub mod manual;
 pub mod metrics;

@@ -71,21 +71,14 @@ pub fn own_namespace() -> Option<String> {
 ///
 /// # Errors
 /// Connection set-up, an unknown kind, a busy health port, or signal set-up.
-pub fn run(
-    host: Arc<Host>,
-    request: ControlRequest,
-    handlers: Handlers,
-    opts: Options,
-) -> Result<()> {
-    let runtime = host.runtime.clone();
-    let session =
-        (host.ext::<SessionCell>()).get(&request.session, &host.ext::<KubeOptions>(), &runtime)?;
-    let spec = request.spec;
-    let leader = spec.leader_election.then(|| {
+/// The lease `spec` contends for with `leader_election=True` (named after `script` and
+/// the kind unless `leader_election_id` names it), or None.
+pub fn leader_config(spec: &super::spec::ControlSpec, script: &Path) -> Option<LeaderConfig> {
+    spec.leader_election.then(|| {
         let name = spec
             .leader_election_id
             .clone()
-            .unwrap_or_else(|| default_lease_name(&opts.script, &spec.kind));
+            .unwrap_or_else(|| default_lease_name(script, &spec.kind));
         let namespace = spec
             .leader_election_namespace
             .clone()
@@ -97,7 +90,20 @@ pub fn run(
             .clone()
             .unwrap_or_else(leader::default_identity);
         LeaderConfig::new(name, namespace, identity)
-    });
+    })
+}
+
+pub fn run(
+    host: Arc<Host>,
+    request: ControlRequest,
+    handlers: Handlers,
+    opts: Options,
+) -> Result<()> {
+    let runtime = host.runtime.clone();
+    let session =
+        (host.ext::<SessionCell>()).get(&request.session, &host.ext::<KubeOptions>(), &runtime)?;
+    let spec = request.spec;
+    let leader = leader_config(&spec, &opts.script);
     let health_port = spec.health_port;
     let name = format!(
         "{}/{}",
@@ -118,6 +124,7 @@ pub fn run(
             handler_budget: opts.handler_budget,
             leader,
             outer_lease: None,
+            informers: None,
             pool: None,
         };
         let controller = Controller::start(config).await?;

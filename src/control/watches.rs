@@ -4,9 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
-
-use super::informer::{self, Change, Source, Store};
+use super::informer::{Change, Store};
+use super::informers::{self, Access, Subscription};
 use crate::k8s::discovery::Resource;
 use crate::k8s::session::Session;
 
@@ -24,112 +23,107 @@ pub enum Role {
 /// A running secondary informer.
 pub struct Watched {
     pub store: Arc<Store>,
+    _subscription: Subscription,
 }
 
 type Callback = Arc<dyn Fn(Role, Change) + Send + Sync>;
 
-/// The secondary informers of one controller, started on first need and stopped with it.
+/// The informers of one controller: its primary subscription and the secondary ones,
+/// started on first need and all dropped with [`Watches::close`].
 pub struct Watches {
     running: Mutex<HashMap<(String, Role), Arc<Watched>>>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    runtime: tokio::runtime::Handle,
-    shutdown: watch::Receiver<bool>,
+    primary: Mutex<Option<Subscription>>,
+    access: Access,
     on_change: Callback,
     on_restart: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl Watches {
     pub fn new(
-        runtime: tokio::runtime::Handle,
-        shutdown: watch::Receiver<bool>,
+        access: Access,
         on_change: impl Fn(Role, Change) + Send + Sync + 'static,
         on_restart: impl Fn() + Send + Sync + 'static,
     ) -> Self {
         Self {
             running: Mutex::default(),
-            tasks: Mutex::default(),
-            runtime,
-            shutdown,
+            primary: Mutex::default(),
+            access,
             on_change: Arc::new(on_change),
             on_restart: Arc::new(on_restart),
         }
     }
 
-    /// The informer for `resource` in `role`, started now if it is not running yet.
+    /// The registry these watches subscribe to.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// Keeps the primary informer's subscription until [`Watches::close`].
+    pub fn hold_primary(&self, subscription: Subscription) {
+        *lock(&self.primary) = Some(subscription);
+    }
+
+    /// The informer for `resource` in `role`, subscribed to now if it is not yet.
     /// `namespace` None watches all namespaces.
-    pub fn ensure(
+    ///
+    /// # Errors
+    /// The controller may not list and watch the kind there (see [`informers::Gate`]).
+    pub async fn ensure(
         &self,
         session: &Session,
         resource: &Resource,
         role: Role,
         namespace: Option<&str>,
-    ) -> Arc<Watched> {
+    ) -> informers::Result<Arc<Watched>> {
         let ar = &resource.api_resource;
         let id = format!("{}/{}", ar.group, ar.plural);
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(w) = running.get(&(id.clone(), role)) {
-            return w.clone();
+        if let Some(w) = lock(&self.running).get(&(id.clone(), role)) {
+            return Ok(w.clone());
         }
-        let api = match namespace.filter(|_| resource.namespaced) {
-            Some(ns) => kube::Api::namespaced_with(session.client.clone(), ns, ar),
-            None => kube::Api::all_with(session.client.clone(), ar),
-        };
-        let labels =
-            (role == Role::Children).then(|| super::children::applyset::PART_OF_LABEL.to_owned());
-        let source = Source {
-            api,
-            resource: ar.clone(),
+        let labels = (role == Role::Children).then_some(super::children::applyset::PART_OF_LABEL);
+        let want = informers::Want {
+            resource: ar,
+            namespaced: resource.namespaced,
+            namespace,
             labels,
             fields: None,
         };
+        let opened = self.access.open(session, &want).await?;
+        let mut running = lock(&self.running);
+        // Another reconcile may have subscribed while this one waited for the gate.
+        if let Some(w) = running.get(&(id.clone(), role)) {
+            return Ok(w.clone());
+        }
+        let (cb, restarted) = (self.on_change.clone(), self.on_restart.clone());
+        let store = opened.store();
+        let subscription = opened.subscribe(move |c| cb(role, c), move || restarted());
         let watched = Arc::new(Watched {
-            store: Arc::new(Store::default()),
+            store,
+            _subscription: subscription,
         });
-        let cb = self.on_change.clone();
-        let restarted = self.on_restart.clone();
-        let task = self.runtime.spawn(informer::run(
-            source,
-            watched.store.clone(),
-            move |c| cb(role, c),
-            move || restarted(),
-            self.shutdown.clone(),
-        ));
-        self.tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(task);
-        tracing::info!(kind = %id, ?role, "watching");
+        tracing::debug!(kind = %id, ?role, "subscribed");
         running.insert((id, role), watched.clone());
-        watched
+        Ok(watched)
     }
 
     /// True once every running secondary informer has synced.
     pub fn synced(&self) -> bool {
-        self.running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .all(|w| w.store.is_synced())
+        lock(&self.running).values().all(|w| w.store.is_synced())
     }
 
-    /// How many secondary informers run.
+    /// How many secondary informers this controller subscribes to.
     pub fn count(&self) -> usize {
-        self.running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        lock(&self.running).len()
     }
 
-    /// The informer tasks, for shutdown to await.
-    pub fn take_tasks(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        std::mem::take(
-            &mut *self
-                .tasks
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+    /// Drops every subscription: nothing more is delivered, and informers no other
+    /// controller subscribes to stop.
+    pub fn close(&self) {
+        lock(&self.primary).take();
+        lock(&self.running).clear();
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

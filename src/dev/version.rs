@@ -11,9 +11,8 @@ use super::Options;
 use super::printer::Printer;
 use crate::control::controller::{self, Config, Controller};
 use crate::control::handlers::Handlers;
-use crate::control::leader::{self, LeaderConfig};
 use crate::control::request::ControlRequest;
-use crate::control::standalone::{default_lease_name, own_namespace};
+use crate::control::standalone::leader_config;
 use crate::control::webhook::WebhookRequest;
 use crate::k8s::session::{KubeOptions, Session, SessionCell};
 use crate::k8s::write_log::WriteLog;
@@ -170,23 +169,7 @@ impl Version {
         if spec.health_port.is_some() {
             tracing::info!("kite dev does not serve health_port; kite run does");
         }
-        let leader = spec.leader_election.then(|| {
-            let name = spec
-                .leader_election_id
-                .clone()
-                .unwrap_or_else(|| default_lease_name(&opts.file, &spec.kind));
-            let namespace = spec
-                .leader_election_namespace
-                .clone()
-                .or_else(|| spec.namespace.clone())
-                .or_else(own_namespace)
-                .unwrap_or_else(|| "default".to_owned());
-            let identity = spec
-                .identity
-                .clone()
-                .unwrap_or_else(leader::default_identity);
-            LeaderConfig::new(name, namespace, identity)
-        });
+        let leader = leader_config(&spec, &opts.file);
         let file = opts
             .file
             .file_name()
@@ -201,6 +184,7 @@ impl Version {
             handler_budget: opts.handler_budget,
             leader,
             outer_lease: None,
+            informers: None,
             pool: None,
         };
         Ok(self.host.runtime.block_on(Controller::start(config))?)

@@ -61,6 +61,8 @@ pub struct Plan {
     pub lease: Option<std::sync::Arc<crate::control::leader::Validity>>,
     /// The operator's worker threads, shared by every hosted controller.
     pub pool: crate::control::pool::Pool,
+    /// The operator's shared informers, entered as this controller's ServiceAccount.
+    pub informers: crate::control::informers::Access,
 }
 
 /// A running hosted controller.
@@ -134,6 +136,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         leader: None,
         outer_lease: plan.lease,
         pool: Some(plan.pool),
+        informers: Some(plan.informers),
     };
     let controller = Controller::start(config).await?;
     Ok(Hosted {

@@ -27,6 +27,7 @@ use super::reconciler::{self, Context};
 use super::registration::{self, Endpoint, Registration};
 use super::registry::{Key, Registry};
 use super::resource::{ClusterStarlarkController, StarlarkController};
+use super::shard::Shards;
 use super::tenant::{Tenant, is_cluster_key};
 use super::trigger;
 use super::webhook::{self, Tls};
@@ -47,6 +48,8 @@ pub struct Options {
     pub health: Option<SocketAddr>,
     /// Contend for a Lease in this namespace; None runs without leader election.
     pub leader_election: Option<String>,
+    /// Spread the controllers over the live replicas ([`super::shard`]).
+    pub shards: bool,
     pub identity: String,
     pub ceiling: String,
     pub handler_budget: Duration,
@@ -144,10 +147,29 @@ pub async fn run(
     let (size, cap) = hosted_threads();
     let pool =
         crate::control::pool::Pool::new(size, cap, "kite-hosted").map_err(Error::StartPool)?;
-    let lease = opts
-        .leader_election
-        .as_ref()
-        .map(|_| crate::control::leader::Validity::new());
+    // One informer per (resource, namespace, selectors) for every hosted controller,
+    // run as the operator and entered only by controllers that may read it themselves.
+    let informers = crate::control::informers::Informers::new(
+        tokio::runtime::Handle::current(),
+        Some(Arc::new(super::gate::ReadGate::new(client.clone()))),
+    );
+    // With shards, each replica holds a membership lease (released only once its hosted
+    // controllers have stopped); hosted controllers write only while it is valid.
+    let shards = opts.shards.then(|| {
+        Shards::join(
+            client.clone(),
+            &opts.operator_namespace,
+            &opts.identity,
+            release_rx.clone(),
+        )
+    });
+    let lease = match &shards {
+        Some(s) => Some(s.validity()),
+        None => opts
+            .leader_election
+            .as_ref()
+            .map(|_| crate::control::leader::Validity::new()),
+    };
     // The admission webhook: every replica serves it (inside a pod, behind the Service,
     // so reviews go on while the lease changes hands); the leader keeps it registered.
     let endpoint_host = match opts.webhook_bind.ip() {
@@ -186,6 +208,8 @@ pub async fn run(
         approval: approval::Key::new(&material.approval_key),
         lease: lease.clone(),
         pool: pool.clone(),
+        informers: informers.clone(),
+        shards: shards.clone(),
     });
     let tls = Arc::new(Tls::new(&material)?);
     let (bound, serve) = webhook::webhook(
@@ -222,6 +246,8 @@ pub async fn run(
             registry: registry.clone(),
             leading: leading.clone(),
             synced: synced.clone(),
+            informers: informers.clone(),
+            shards: shards.clone(),
         });
         let (bound, serve) = crate::http::bind(addr, probe, stopped(stop_rx.clone())).await?;
         tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
@@ -344,6 +370,7 @@ pub async fn run(
     };
     futures::future::join_all(hosted.into_iter().map(|h| h.controller.shutdown(grace))).await;
     let _ = tokio::task::spawn_blocking(move || pool.shut_down()).await;
+    informers.join(Duration::from_secs(5)).await;
     flusher.abort();
     keeper.abort();
     let _ = release_tx.send(true);
@@ -417,6 +444,14 @@ async fn controller<K: Tenant>(
                 owned,
                 generated::<K, ClusterRoleBinding>(registry.clone()),
             );
+    }
+    if let Some(shards) = &ctx.shards {
+        // The live replicas changed: every resource may have a new owner.
+        let changes = futures::stream::unfold(shards.changes(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        });
+        controller = controller.reconcile_all_on(changes);
     }
     controller
         .trigger_backoff(trigger::TriggerBackoff::default())
@@ -546,6 +581,8 @@ struct Probe {
     registry: Arc<Registry>,
     leading: watch::Receiver<bool>,
     synced: Arc<AtomicBool>,
+    informers: Arc<crate::control::informers::Informers>,
+    shards: Option<Arc<Shards>>,
 }
 
 impl crate::http::Probe for Probe {
@@ -577,6 +614,23 @@ impl crate::http::Probe for Probe {
             "Whether this operator holds the lease",
             leading,
         );
+        scrape.gauge(
+            "kite_operator_informers",
+            "Watches the hosted controllers share (one per resource, namespace and selectors)",
+            i64::try_from(self.informers.running()).unwrap_or(i64::MAX),
+        );
+        if let Some(shards) = &self.shards {
+            scrape.gauge(
+                "kite_operator_shard_controllers",
+                "StarlarkControllers this replica runs (its share)",
+                running,
+            );
+            scrape.gauge(
+                "kite_operator_shard_replicas",
+                "Live replicas sharing the StarlarkControllers, as this one sees them",
+                i64::try_from(shards.members().len()).unwrap_or(i64::MAX),
+            );
+        }
         self.registry.add_metrics(&mut scrape);
         scrape.render()
     }

@@ -5,7 +5,10 @@
 //! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
 //! impersonates that account ([`identity`]); a [`decision`] records the outcome.
-//! [`registry`] holds the running controllers, [`status`] what is reported.
+//! [`registry`] holds the running controllers, [`status`] what is reported. Hosted
+//! controllers share informers run as the operator, entered through the [`gate`] (their
+//! own account must be allowed to read what they watch); with `--shards auto` the
+//! replicas split the controllers between them ([`shard`]).
 //!
 //! No author gets more than they hold: the admission [`webhook`] (TLS from [`certs`],
 //! kept registered by [`registration`]) runs the same [`assessment`] as the reconciler,
@@ -22,6 +25,7 @@ pub mod ceiling;
 pub mod certs;
 pub mod confinement;
 pub mod decision;
+pub mod gate;
 pub mod grants;
 pub mod hosted;
 pub mod identity;
@@ -30,6 +34,7 @@ pub mod reconciler;
 pub mod registration;
 pub mod registry;
 pub mod resource;
+pub mod shard;
 pub mod status;
 pub mod tenant;
 pub mod trigger;

@@ -22,6 +22,7 @@ use super::hosted::{self, Plan};
 use super::identity;
 use super::registry::{Authority, Registry};
 use super::resource::Phase;
+use super::shard::Claim;
 use super::status::Verdict;
 use super::tenant::Tenant;
 use crate::k8s::discovery::Discovery;
@@ -56,6 +57,10 @@ pub struct Context {
     pub lease: Option<Arc<crate::control::leader::Validity>>,
     /// The worker threads every hosted controller shares.
     pub pool: crate::control::pool::Pool,
+    /// The informers hosted controllers share, gated by their own read access.
+    pub informers: Arc<crate::control::informers::Informers>,
+    /// This replica's share of the controllers, with `--shards auto`.
+    pub shards: Option<Arc<super::shard::Shards>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +75,8 @@ pub enum Error {
     Impersonate(#[source] kube::Error),
     #[error("checking the author's permissions: {0}")]
     CheckAuthor(#[source] authority::Error),
+    #[error(transparent)]
+    Shard(#[from] super::shard::Error),
     #[error("the finalizer: {0}")]
     Finalize(#[source] Box<finalizer::Error<Error>>),
 }
@@ -121,6 +128,21 @@ pub fn service_account_name(name: &str, cluster: bool) -> String {
 }
 
 async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
+    if let Some(shards) = &ctx.shards {
+        match shards.claim(cr).await? {
+            Claim::Mine => {}
+            Claim::Elsewhere(after) => {
+                // Another replica's now: stop ours before letting go of the claim, so
+                // the new owner never runs beside it.
+                if let Some(h) = ctx.registry.remove(&cr.key()) {
+                    stop(h).await;
+                    tracing::info!(kind = K::KIND, controller = %cr.display(), "handed over to another replica");
+                }
+                shards.release(cr).await?;
+                return Ok(Action::requeue(after));
+            }
+        }
+    }
     let spec = cr.common_spec();
     let home = cr.home(&ctx.operator_namespace);
     let name = cr.name_any();
@@ -159,7 +181,25 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             return Ok(Action::requeue(RECHECK));
         };
         match first_denied(&ctx.client, &authority.author, &authority.permissions).await {
-            Ok(None) => return Ok(Action::requeue(RECHECK)),
+            Ok(None) => {
+                // The controller's own account must still be allowed to read what it
+                // watches through the operator's shared informers.
+                let Some(access) = ctx.registry.access(&key) else {
+                    return Ok(Action::requeue(RECHECK));
+                };
+                match access.reauthorize().await {
+                    Ok(()) => return Ok(Action::requeue(RECHECK)),
+                    Err(e @ crate::control::informers::Error::Review(_)) => {
+                        tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "asking again whether it may read what it watches");
+                        ctx.registry.author_unchecked(&key);
+                        return Ok(Action::requeue(RETRY));
+                    }
+                    // Decide again: starting it is refused, and says why.
+                    Err(e) => {
+                        tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "no longer allowed to read what it watches");
+                    }
+                }
+            }
             // Decide again: the author check below now refuses it.
             Ok(Some(_)) => {}
             Err(e) => {
@@ -296,6 +336,9 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         confined: K::CONFINED,
         lease: ctx.lease.clone(),
         pool: ctx.pool.clone(),
+        informers: ctx
+            .informers
+            .access(Some(identity::service_account_user(&home, &sa))),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {

@@ -145,6 +145,15 @@ impl Registry {
 
     /// Takes the controller running for `key` out, for the caller to stop; the rest of
     /// the entry stays.
+    /// How a running controller reaches its shared informers, to ask again whether it
+    /// may.
+    pub fn access(&self, key: &Key) -> Option<crate::control::informers::Access> {
+        self.lock()
+            .get(key)
+            .and_then(|e| e.hosted.as_ref())
+            .map(|h| h.controller.access())
+    }
+
     pub fn take_hosted(&self, key: &Key) -> Option<Hosted> {
         self.lock().get_mut(key).and_then(|e| e.hosted.take())
     }

@@ -30,7 +30,8 @@ macro_rules! controller_resource {
             printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
             printcolumn = r#"{"name": "Reconciles", "type": "integer", "jsonPath": ".status.reconciles"}"#,
             printcolumn = r#"{"name": "Errors", "type": "integer", "jsonPath": ".status.errors"}"#,
-            printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+            printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+            printcolumn = r#"{"name": "Replica", "type": "string", "priority": 1, "jsonPath": ".status.replica"}"#
         )]
         #[x_kube(validation = Rule::new("has(self.script) != has(self.scriptFrom)").message("exactly one of script and scriptFrom must be set"))]
         #[serde(rename_all = "camelCase")]
@@ -169,6 +170,9 @@ pub struct StarlarkControllerStatus {
     pub service_account: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// The operator replica running it (`kite operator --shards auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// Both CustomResourceDefinitions, as YAML (`kite crd`, `crds/starlarkcontroller.yaml`).
@@ -225,7 +229,14 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(columns, ["Kind", "Ready", "Reconciles", "Errors", "Age"]);
+        assert_eq!(
+            columns,
+            ["Kind", "Ready", "Reconciles", "Errors", "Age", "Replica"]
+        );
+        assert_eq!(
+            v["additionalPrinterColumns"][5]["priority"], 1,
+            "the replica shows with -o wide"
+        );
         let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(
             spec["x-kubernetes-validations"][0]["rule"],

@@ -103,6 +103,8 @@ pub fn render(
         last_reconcile_time: live.last_reconcile.and_then(time_of),
         service_account: outcome.service_account.clone(),
         started_at: outcome.started_at.clone(),
+        // Written only by the claim (operator::shard), never by a status flush.
+        replica: None,
     }
 }
 

@@ -23,6 +23,9 @@ pub trait Tenant:
     /// The spec, which both kinds share.
     fn common_spec(&self) -> StarlarkControllerSpec;
 
+    /// The replica that claimed it (`status.replica`, with `--shards`).
+    fn replica(&self) -> Option<&str>;
+
     /// The API this object lives in.
     fn api_of(&self, client: &kube::Client) -> Api<Self>;
 
@@ -61,6 +64,10 @@ impl Tenant for StarlarkController {
         self.spec.clone()
     }
 
+    fn replica(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.replica.as_deref())
+    }
+
     fn api_of(&self, client: &kube::Client) -> Api<Self> {
         Api::namespaced(client.clone(), &self.namespace().unwrap_or_default())
     }
@@ -79,6 +86,10 @@ impl Tenant for ClusterStarlarkController {
 
     fn common_spec(&self) -> StarlarkControllerSpec {
         self.spec.clone().into()
+    }
+
+    fn replica(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.replica.as_deref())
     }
 
     fn api_of(&self, client: &kube::Client) -> Api<Self> {

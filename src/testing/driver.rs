@@ -146,6 +146,7 @@ impl Driver {
             handler_budget: Duration::from_mins(1),
             leader: None,
             outer_lease: None,
+            informers: None,
             pool: None,
         };
         let manual = crate::script::budget::block_on(&runtime, Manual::start(config))

@@ -26,6 +26,8 @@ mod operator;
 mod operator_scale;
 mod parity;
 mod run;
+mod shards;
+mod sharing;
 mod standard;
 mod starlark_controller;
 mod starlark_controller_crd;

@@ -243,7 +243,9 @@ async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
     );
     assert!(s["errors"].as_u64().unwrap_or(0) >= 1, "{s}");
 
-    // The API server saw the ServiceAccount, not the operator.
+    // The API server saw the ServiceAccount, not the operator. (The watch is the
+    // operator's, shared, and entered only after a SubjectAccessReview for the
+    // ServiceAccount: see sharing.rs.)
     let user = format!("system:serviceaccount:{ns}:starkite-nosy");
     let seen = wait_for(
         "audit entries as the ServiceAccount",
@@ -253,9 +255,11 @@ async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
                 .into_iter()
                 .filter(|e| e["impersonatedUser"]["username"] == user.as_str())
                 .collect();
-            let listed = events
-                .iter()
-                .any(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "configmaps");
+            let listed = events.iter().any(|e| {
+                e["verb"] == "get"
+                    && e["objectRef"]["resource"] == "configmaps"
+                    && e["objectRef"]["namespace"] == "kube-system"
+            });
             let refused = events.iter().any(|e| {
                 e["objectRef"]["resource"] == "configmaps"
                     && e["objectRef"]["namespace"] == "kube-system"

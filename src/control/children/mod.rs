@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 
-use crate::control::watches::{Role, Watches};
+use crate::control::watches::{Role, Watched, Watches};
 use crate::k8s::discovery::Resource;
 use crate::k8s::ops::{self, Target};
 use crate::k8s::session::Session;
@@ -44,6 +44,11 @@ pub enum Error {
     Prune { what: String, source: ops::Error },
     #[error("updating the parent: {0}")]
     Parent(ops::Error),
+    #[error("watching {what}: {source}")]
+    Watch {
+        what: String,
+        source: crate::control::informers::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -75,16 +80,25 @@ pub struct Context<'a> {
 /// same name that kite did not create.
 pub const ADOPT_ANNOTATION: &str = "starkite.io/adopt";
 
+/// The children informer of `resource`, subscribed to on first need.
+async fn watch(ctx: &Context<'_>, resource: &Resource) -> Result<Arc<Watched>> {
+    ctx.watches
+        .ensure(ctx.session, resource, Role::Children, ctx.namespace)
+        .await
+        .map_err(|source| Error::Watch {
+            what: resource.api_resource.kind.clone(),
+            source,
+        })
+}
+
 /// The object a child would replace, from the children cache or, when it is not there
 /// (not created by kite, or the cache is still filling), from the API server.
 async fn existing(
     ctx: &Context<'_>,
+    watched: &Watched,
     resource: &Resource,
     child: &Json,
 ) -> ops::Result<Option<std::sync::Arc<Json>>> {
-    let watched = ctx
-        .watches
-        .ensure(ctx.session, resource, Role::Children, ctx.namespace);
     let key = super::informer::Key::of(child);
     if let Some(cached) = key.as_ref().and_then(|k| watched.store.get(k)) {
         return Ok(Some(cached));
@@ -210,7 +224,8 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         if !child["metadata"].is_object() {
             return Err(fail("metadata is not a mapping".into()));
         }
-        let existing = existing(ctx, &resource, &child)
+        let watched = watch(ctx, &resource).await?;
+        let existing = existing(ctx, &watched, &resource, &child)
             .await
             .map_err(|source| Error::Apply {
                 index,
@@ -281,9 +296,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
     let mut wanted = HashSet::new();
     for (index, (resource, child)) in children.iter().enumerate() {
         let what = display(child);
-        let watched = ctx
-            .watches
-            .ensure(ctx.session, resource, Role::Children, ctx.namespace);
+        let watched = watch(ctx, resource).await?;
         let ns = child["metadata"]["namespace"].as_str();
         let name = child["metadata"]["name"].as_str().unwrap_or_default();
         wanted.insert((
@@ -324,9 +337,7 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         let Ok(resource) = ctx.session.discovery.resolve(group_kind).await else {
             continue;
         };
-        let watched = ctx
-            .watches
-            .ensure(ctx.session, &resource, Role::Children, ctx.namespace);
+        let watched = watch(ctx, &resource).await?;
         // The cache's own objects, shared: a reconcile looks at every cached child of
         // the kind but copies none.
         let candidates: Vec<Arc<Json>> = if watched.store.is_synced() {

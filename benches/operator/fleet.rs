@@ -1,0 +1,506 @@
+//! The bench's objects: namespaces with deployments, a ceiling, the
+//! StarlarkControllers and ClusterStarlarkControllers, and what is measured of them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value as Json, json};
+
+use crate::cluster::{self, Namespaces};
+
+const MAX_REPLICAS: &str = include_str!("../../examples/max-replicas-controller.star");
+/// What each ClusterStarlarkController runs: a watch of every Pod, and nothing else.
+const PODS: &str = "def reconcile(pod):\n    pass\n\nk8s.control(\"pods\", namespace = \"*\", reconcile = reconcile)\n";
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "starkite.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "starkite.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Drift-correction latencies.
+#[derive(Debug, Default)]
+pub struct Drift {
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+pub struct Fleet {
+    client: kube::Client,
+    run: String,
+    operator_ns: String,
+    namespaces: Vec<String>,
+    deployments: usize,
+    size: usize,
+    cluster: usize,
+}
+
+impl Fleet {
+    pub fn new(client: kube::Client) -> Self {
+        let run = format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() % 0xff_ffff)
+        );
+        Self {
+            client,
+            run,
+            operator_ns: String::new(),
+            namespaces: Vec::new(),
+            deployments: 0,
+            size: 0,
+            cluster: 0,
+        }
+    }
+
+    pub fn ceiling(&self) -> String {
+        format!("kite-bench-ceiling-{}", self.run)
+    }
+
+    pub fn webhook(&self) -> String {
+        format!("kite-bench-{}", self.run)
+    }
+
+    pub fn selector(&self) -> String {
+        format!("starkite.io/bench={}", self.run)
+    }
+
+    pub fn operator_namespace(&self) -> &str {
+        &self.operator_ns
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Distinct (resource, scope, selector) triples: each namespace's Deployments, every
+    /// Pod, and the operator's own watches of its two kinds, ConfigMaps, the ceiling,
+    /// and the ServiceAccounts, Roles, RoleBindings, ClusterRoles and
+    /// ClusterRoleBindings it generates.
+    pub fn triples(&self) -> usize {
+        self.namespaces.len() + usize::from(self.cluster > 0) + 9
+    }
+
+    /// Namespaces, their deployments (paused, 3 replicas) and the ceiling.
+    pub async fn prepare(
+        &mut self,
+        namespaces: &Namespaces,
+        count: usize,
+        deployments: usize,
+    ) -> anyhow::Result<()> {
+        eprintln!("== preparing {count} namespaces with {deployments} deployments each");
+        self.operator_ns = namespaces.create("op").await?;
+        for i in 0..count {
+            let ns = namespaces.create(&format!("t{i:02}")).await?;
+            cluster::create_deployments(&self.client, &ns, deployments, 3).await?;
+            self.namespaces.push(ns);
+        }
+        self.deployments = deployments;
+        let ceiling: k8s_openapi::api::rbac::v1::ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": self.ceiling()},
+            "rules": [
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]},
+            ],
+        }))?;
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(self.client.clone())
+            .create(&PostParams::default(), &ceiling)
+            .await
+            .context("creating the ceiling")?;
+        Ok(())
+    }
+
+    fn labels(&self) -> Json {
+        json!({"starkite.io/bench": self.run})
+    }
+
+    /// Creates StarlarkControllers `c-NNNN` up to `size`, spread over the namespaces.
+    pub async fn create_controllers(&mut self, size: usize) -> anyhow::Result<()> {
+        let ar = resource("StarlarkController", "starlarkcontrollers");
+        let objects: Vec<(String, Json)> = (self.size..size)
+            .map(|i| {
+                let ns = self.namespaces[i % self.namespaces.len()].clone();
+                let obj = json!({
+                    "apiVersion": "starkite.io/v1alpha1",
+                    "kind": "StarlarkController",
+                    "metadata": {"name": format!("c-{i:04}"), "namespace": ns, "labels": self.labels()},
+                    "spec": {"script": MAX_REPLICAS, "vars": {"max_replicas": "3"}},
+                });
+                (ns, obj)
+            })
+            .collect();
+        let client = self.client.clone();
+        futures::stream::iter(objects)
+            .map(|(ns, obj)| {
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+                create(api, obj)
+            })
+            .buffer_unordered(16)
+            .try_collect::<()>()
+            .await?;
+        self.size = size;
+        Ok(())
+    }
+
+    /// Creates `n` ClusterStarlarkControllers watching every Pod.
+    pub async fn create_cluster_controllers(&mut self, n: usize) -> anyhow::Result<()> {
+        let ar = resource("ClusterStarlarkController", "clusterstarlarkcontrollers");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        for i in 0..n {
+            let obj = json!({
+                "apiVersion": "starkite.io/v1alpha1",
+                "kind": "ClusterStarlarkController",
+                "metadata": {"name": format!("kite-bench-{}-pods-{i:02}", self.run), "labels": self.labels()},
+                "spec": {"script": PODS},
+            });
+            create(api.clone(), obj).await?;
+        }
+        self.cluster = n;
+        Ok(())
+    }
+
+    /// Every controller resource of the run, as JSON.
+    async fn all(&self) -> anyhow::Result<Vec<Json>> {
+        let params = ListParams::default().labels(&self.selector());
+        let mut out = Vec::new();
+        for (kind, plural) in [
+            ("StarlarkController", "starlarkcontrollers"),
+            ("ClusterStarlarkController", "clusterstarlarkcontrollers"),
+        ] {
+            let api: Api<DynamicObject> =
+                Api::all_with(self.client.clone(), &resource(kind, plural));
+            for o in api.list(&params).await?.items {
+                out.push(serde_json::to_value(o)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits until every controller is Ready (and, with `since`, was started after it);
+    /// returns how long that took.
+    pub async fn wait_ready(
+        &self,
+        since: Option<Timestamp>,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        self.wait(timeout, |o| ready(o, since)).await
+    }
+
+    /// Waits until every controller runs on one of `replicas`, started after `since`.
+    pub async fn wait_claimed(
+        &self,
+        replicas: &[String],
+        since: Option<Timestamp>,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        self.wait(timeout, |o| {
+            ready(o, since)
+                && o["status"]["replica"]
+                    .as_str()
+                    .is_some_and(|r| replicas.iter().any(|x| x == r))
+        })
+        .await
+    }
+
+    /// Waits until none runs on `dead` any more: each of its controllers claimed by one
+    /// of `live` and started after `since`.
+    pub async fn wait_moved(
+        &self,
+        dead: &str,
+        live: &[String],
+        since: Timestamp,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let before = self.replicas().await?;
+        let moving: Vec<(String, String)> = before
+            .into_iter()
+            .filter(|(_, r)| r == dead)
+            .map(|(k, _)| k)
+            .collect();
+        self.wait(timeout, |o| {
+            let key = key(o);
+            !moving.contains(&key)
+                || (ready(o, Some(since))
+                    && o["status"]["replica"]
+                        .as_str()
+                        .is_some_and(|r| live.iter().any(|x| x == r)))
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn wait(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&Json) -> bool,
+    ) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let want = self.size + self.cluster;
+        loop {
+            let all = self.all().await?;
+            let ok = all.iter().filter(|o| done(o)).count();
+            if all.len() == want && ok == want {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                bail!("{ok}/{want} after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// (namespace, name) → `status.replica` of every controller.
+    pub async fn replicas(&self) -> anyhow::Result<BTreeMap<(String, String), String>> {
+        Ok(self
+            .all()
+            .await?
+            .iter()
+            .map(|o| {
+                (
+                    key(o),
+                    o["status"]["replica"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect())
+    }
+
+    /// WATCH requests open on the API server now (its own metric).
+    pub async fn watches(&self) -> anyhow::Result<i64> {
+        let request = hyper::Request::get("/metrics").body(Vec::new())?;
+        let text = self.client.request_text(request).await?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .map(|v| v as i64)
+            .sum())
+    }
+
+    /// Drifts one deployment after another (round robin) `rate` times a second for
+    /// `duration`, and measures how long each takes to be set back to 3 replicas.
+    pub async fn drift(&self, rate: u32, duration: Duration) -> anyhow::Result<Drift> {
+        let targets: Vec<(String, String)> = self
+            .namespaces
+            .iter()
+            .flat_map(|ns| {
+                (0..self.deployments).map(move |i| (ns.clone(), cluster::deployment_name(i)))
+            })
+            .collect();
+        let pending: Arc<Mutex<HashMap<(String, String), Pending>>> = Arc::default();
+        let samples: Arc<Mutex<Vec<Duration>>> = Arc::default();
+        let watching = {
+            let (pending, samples) = (pending.clone(), samples.clone());
+            let api: Api<Deployment> = Api::all(self.client.clone());
+            let config = watcher::Config::default().labels(crate::LABEL);
+            tokio::spawn(async move {
+                let mut events = std::pin::pin!(watcher::watcher(api, config));
+                while let Some(Ok(event)) = events.next().await {
+                    let watcher::Event::Apply(d) = event else {
+                        continue;
+                    };
+                    if d.spec.replicas != Some(3) {
+                        continue;
+                    }
+                    let key = (
+                        d.metadata.namespace.clone().unwrap_or_default(),
+                        d.metadata.name.clone().unwrap_or_default(),
+                    );
+                    let rv = version(d.metadata.resource_version.as_deref());
+                    let mut pending = pending.lock().unwrap();
+                    let Some(p) = pending.get_mut(&key) else {
+                        continue;
+                    };
+                    match p.patched {
+                        Some(patched) if rv > patched => {
+                            samples.lock().unwrap().push(p.at.elapsed());
+                            pending.remove(&key);
+                        }
+                        Some(_) => {}
+                        None => p.early = Some((rv, Instant::now())),
+                    }
+                }
+            })
+        };
+        // Let the watch list first.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let every = Duration::from_secs(1) / rate;
+        let started = Instant::now();
+        let mut sent = 0usize;
+        while started.elapsed() < duration {
+            let key = targets[sent % targets.len()].clone();
+            sent += 1;
+            let at = Instant::now();
+            pending.lock().unwrap().insert(
+                key.clone(),
+                Pending {
+                    at,
+                    patched: None,
+                    early: None,
+                },
+            );
+            let api: Api<Deployment> = Api::namespaced(self.client.clone(), &key.0);
+            let patched = api
+                .patch(
+                    &key.1,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": 10}})),
+                )
+                .await?;
+            let rv = version(patched.metadata.resource_version.as_deref());
+            {
+                let mut pending = pending.lock().unwrap();
+                if let Some(p) = pending.get_mut(&key) {
+                    match p.early {
+                        // Corrected before the patch's answer came back.
+                        Some((seen, when)) if seen > rv => {
+                            samples.lock().unwrap().push(when - p.at);
+                            pending.remove(&key);
+                        }
+                        _ => p.patched = Some(rv),
+                    }
+                }
+            }
+            tokio::time::sleep(every.saturating_sub(at.elapsed())).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !pending.lock().unwrap().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        watching.abort();
+        let missed = pending.lock().unwrap().len();
+        let mut samples = samples.lock().unwrap().clone();
+        samples.sort();
+        if samples.is_empty() {
+            bail!("no drift was corrected ({missed} of {sent} still drifted)");
+        }
+        if missed > 0 {
+            eprintln!("   warning: {missed} of {sent} drifts not corrected within 15 s");
+        }
+        let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+        Ok(Drift {
+            p50: at(0.5),
+            p99: at(0.99),
+        })
+    }
+
+    /// Deletes every controller resource while an operator may still take finalizers
+    /// off, then whatever is left, the ceiling and the webhook configuration.
+    pub async fn clean_up(&self) {
+        let kubectl = |args: &[&str]| {
+            let _ = std::process::Command::new("kubectl")
+                .args(args)
+                .env("KUBECONFIG", cluster::kubeconfig())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        };
+        let selector = self.selector();
+        for kind in ["slc", "cslc"] {
+            kubectl(&["delete", kind, "-A", "-l", &selector, "--wait=false"]);
+            // No operator runs now: take the finalizers off.
+            if let Ok(out) = std::process::Command::new("kubectl")
+                .args(["get", kind, "-A", "-l", &selector, "-o", "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}"])
+                .env("KUBECONFIG", cluster::kubeconfig())
+                .output()
+            {
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    let (ns, name) = line.split_once('/').unwrap_or(("", line));
+                    let mut args = vec!["patch", kind, name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#];
+                    if !ns.is_empty() {
+                        args.extend(["-n", ns]);
+                    }
+                    kubectl(&args);
+                }
+            }
+        }
+        kubectl(&[
+            "delete",
+            "clusterrole",
+            &self.ceiling(),
+            "--ignore-not-found",
+        ]);
+        kubectl(&[
+            "delete",
+            "mutatingwebhookconfiguration",
+            &self.webhook(),
+            "--ignore-not-found",
+        ]);
+        kubectl(&[
+            "delete",
+            "clusterrole,clusterrolebinding",
+            "-l",
+            "starkite.io/owner-uid",
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+struct Pending {
+    at: Instant,
+    patched: Option<u64>,
+    early: Option<(u64, Instant)>,
+}
+
+fn version(rv: Option<&str>) -> u64 {
+    rv.and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn key(o: &Json) -> (String, String) {
+    let m = &o["metadata"];
+    (
+        m["namespace"].as_str().unwrap_or_default().to_owned(),
+        m["name"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Ready=True, and started after `since` when given.
+fn ready(o: &Json, since: Option<Timestamp>) -> bool {
+    let is_ready = o["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    });
+    let fresh = since.is_none_or(|since| {
+        o["status"]["startedAt"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .is_some_and(|t| t.as_second() >= since.as_second())
+    });
+    is_ready && fresh
+}
+
+/// Creates `obj`, retrying while the admission webhook is not reachable yet.
+async fn create(api: Api<DynamicObject>, obj: Json) -> anyhow::Result<()> {
+    let obj: DynamicObject = serde_json::from_value(obj)?;
+    let mut pause = Duration::from_millis(200);
+    for attempt in 0.. {
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+            Err(e) if attempt < 6 => {
+                eprintln!("   retrying a create: {e}");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => return Err(e).context("creating a controller resource"),
+        }
+    }
+    unreachable!()
+}

@@ -1,0 +1,584 @@
+//! Informers shared by the controllers of one process: one list+watch and one cache per
+//! distinct (resource, namespace, selectors), each interested controller a subscriber.
+//!
+//! `kite run` gives each controller a private registry ([`Access::private`]), so it
+//! watches with its own client as before. `kite operator` shares one registry between
+//! every hosted controller: the watch runs under the operator's identity, and a
+//! [`Gate`] first asks whether the subscriber's own identity may list and watch what
+//! it asks for, so reads stay exactly as authorised as an impersonated watch would be.
+//! See `docs/design/sharing.md`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use futures::future::BoxFuture;
+use kube::discovery::ApiResource;
+use tokio::sync::watch;
+
+use super::informer::{self, Change, Source, Store};
+use crate::k8s::session::Session;
+
+/// Why a subscription was not made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The subscriber may not read what it asked to watch. The message names the
+    /// account and the missing permission.
+    #[error("{0}")]
+    Refuse(String),
+    /// Asking whether it may failed (the subscription is refused rather than guessed).
+    #[error("checking read access: {0}")]
+    Review(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a gate lets a subscriber in.
+pub enum Admission {
+    /// Into the shared informer, which runs with this (the host's) client.
+    Shared(kube::Client),
+    /// Into an informer of its own, under its own client: the host may not read this
+    /// itself, so it cannot share a watch of it.
+    Own,
+}
+
+/// Decides who may subscribe to what (the operator's SubjectAccessReviews).
+pub trait Gate: Send + Sync {
+    /// Whether `user` may list and watch `resource` in `namespace` (None: every
+    /// namespace, or a cluster-scoped resource).
+    ///
+    /// # Errors
+    /// [`Error::Refuse`] naming the missing permission, or [`Error::Review`].
+    fn admit<'a>(
+        &'a self,
+        user: &'a str,
+        resource: &'a ApiResource,
+        namespace: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Admission>>;
+}
+
+/// What one informer watches; equal wants share one informer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Scope {
+    group: String,
+    version: String,
+    plural: String,
+    /// None: every namespace (or a cluster-scoped kind).
+    namespace: Option<String>,
+    labels: Option<String>,
+    fields: Option<String>,
+    /// The identity of an informer that is not shared (admitted as [`Admission::Own`]).
+    owner: Option<String>,
+}
+
+/// What a controller asks to watch.
+pub struct Want<'a> {
+    pub resource: &'a ApiResource,
+    pub namespaced: bool,
+    /// None: every namespace. Ignored for a cluster-scoped kind.
+    pub namespace: Option<&'a str>,
+    pub labels: Option<&'a str>,
+    pub fields: Option<&'a str>,
+}
+
+type ChangeFn = Box<dyn Fn(Change) + Send + Sync>;
+type RestartFn = Box<dyn Fn() + Send + Sync>;
+
+/// The subscribers of one informer. Callbacks run on the async runtime under this
+/// lock, so they must not block; the lock orders a late subscriber's replay before any
+/// live change it has not seen.
+#[derive(Default)]
+struct Fanout {
+    subscribers: Mutex<Vec<(u64, ChangeFn, RestartFn)>>,
+    next: AtomicU64,
+}
+
+impl Fanout {
+    fn deliver(&self, change: &Change) {
+        for (_, on_change, _) in self.lock().iter() {
+            on_change(change.clone());
+        }
+    }
+
+    fn restarted(&self) {
+        for (_, _, on_restart) in self.lock().iter() {
+            on_restart();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, ChangeFn, RestartFn)>> {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One running informer. It stops when the last handle to it goes.
+struct Entry {
+    store: Arc<Store>,
+    fanout: Arc<Fanout>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// The informers of a process (or of one controller, for `kite run`).
+pub struct Informers {
+    runtime: tokio::runtime::Handle,
+    gate: Option<Arc<dyn Gate>>,
+    entries: Mutex<HashMap<Scope, Weak<Entry>>>,
+    /// The informer tasks, to await at shutdown.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Informers {
+    /// A registry whose subscriptions pass `gate` (none: every subscriber is admitted
+    /// into informers run with its own client).
+    pub fn new(runtime: tokio::runtime::Handle, gate: Option<Arc<dyn Gate>>) -> Arc<Self> {
+        Arc::new(Self {
+            runtime,
+            gate,
+            entries: Mutex::default(),
+            tasks: Mutex::default(),
+        })
+    }
+
+    /// How subscriber `user` (the identity its session acts as) reaches this registry.
+    pub fn access(self: &Arc<Self>, user: Option<String>) -> Access {
+        Access {
+            informers: self.clone(),
+            user,
+            admitted: Arc::default(),
+        }
+    }
+
+    /// Informers running now.
+    pub fn running(&self) -> usize {
+        self.lock_entries()
+            .values()
+            .filter(|e| e.strong_count() > 0)
+            .count()
+    }
+
+    /// Waits (up to `wait` each) for the informer tasks to end. Call it once every
+    /// subscription has gone: a live informer's task would be waited for in vain.
+    pub async fn join(&self, wait: std::time::Duration) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        for t in tasks {
+            let _ = tokio::time::timeout(wait, t).await;
+        }
+    }
+
+    /// Stops every informer task at once (a test's controller is dropped).
+    pub fn abort(&self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            t.abort();
+        }
+    }
+
+    fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, Weak<Entry>>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The informer for `scope`, started with `client` when none runs.
+    fn entry(&self, scope: Scope, client: kube::Client, want: &Want<'_>) -> Arc<Entry> {
+        let mut entries = self.lock_entries();
+        if let Some(e) = entries.get(&scope).and_then(Weak::upgrade) {
+            return e;
+        }
+        entries.retain(|_, e| e.strong_count() > 0);
+        let ar = want.resource;
+        let api = match scope.namespace.as_deref() {
+            Some(ns) => kube::Api::namespaced_with(client, ns, ar),
+            None => kube::Api::all_with(client, ar),
+        };
+        let source = Source {
+            api,
+            resource: ar.clone(),
+            labels: scope.labels.clone(),
+            fields: scope.fields.clone(),
+        };
+        let (shutdown, stopped) = watch::channel(false);
+        let entry = Arc::new(Entry {
+            store: Arc::new(Store::default()),
+            fanout: Arc::new(Fanout::default()),
+            shutdown,
+        });
+        let (changes, restarts) = (entry.fanout.clone(), entry.fanout.clone());
+        let task = self.runtime.spawn(informer::run(
+            source,
+            entry.store.clone(),
+            move |c| changes.deliver(&c),
+            move || restarts.restarted(),
+            stopped,
+        ));
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
+        tracing::info!(kind = %format!("{}/{}", ar.group, ar.plural), namespace = scope.namespace.as_deref().unwrap_or("*"), shared = scope.owner.is_none(), "watching");
+        entries.insert(scope, Arc::downgrade(&entry));
+        entry
+    }
+}
+
+/// A resource and namespace (None: all) a subscriber was admitted to read.
+type Read = (ApiResource, Option<String>);
+
+/// A controller's way into a registry, with the identity it is checked as.
+#[derive(Clone)]
+pub struct Access {
+    informers: Arc<Informers>,
+    user: Option<String>,
+    /// What the gate let this subscriber read: asked again by [`Access::reauthorize`].
+    admitted: Arc<Mutex<Vec<Read>>>,
+}
+
+impl Access {
+    /// A registry of one's own, with no gate: informers run with the subscriber's client.
+    pub fn private() -> Self {
+        Informers::new(tokio::runtime::Handle::current(), None).access(None)
+    }
+
+    /// The registry.
+    pub fn informers(&self) -> &Arc<Informers> {
+        &self.informers
+    }
+
+    /// The informer for `want`, started if none runs, once the gate admits this
+    /// subscriber. Nothing is delivered until [`Opened::subscribe`].
+    ///
+    /// # Errors
+    /// The gate refused, or could not decide.
+    pub async fn open(&self, session: &Session, want: &Want<'_>) -> Result<Opened> {
+        let ar = want.resource;
+        let namespace = want.namespace.filter(|_| want.namespaced);
+        let (client, owner) = match (&self.informers.gate, &self.user) {
+            (Some(gate), Some(user)) => {
+                let admission = gate.admit(user, ar, namespace).await?;
+                let mut admitted = self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
+                let read = (ar.clone(), namespace.map(str::to_owned));
+                if !admitted.contains(&read) {
+                    admitted.push(read);
+                }
+                match admission {
+                    Admission::Shared(client) => (client, None),
+                    Admission::Own => (session.client.clone(), Some(user.clone())),
+                }
+            }
+            // No gate: a registry of one identity. A gate with no identity to check
+            // (never the operator's case) shares nothing.
+            (None, _) => (session.client.clone(), None),
+            (Some(_), None) => (session.client.clone(), Some(String::new())),
+        };
+        let scope = Scope {
+            group: ar.group.clone(),
+            version: ar.version.clone(),
+            plural: ar.plural.clone(),
+            namespace: namespace.map(str::to_owned),
+            labels: want.labels.map(str::to_owned),
+            fields: want.fields.map(str::to_owned),
+            owner,
+        };
+        Ok(Opened {
+            entry: self.informers.entry(scope, client, want),
+        })
+    }
+}
+
+impl Access {
+    /// Asks the gate again about everything it let this subscriber read (its
+    /// permissions may have been taken away since).
+    ///
+    /// # Errors
+    /// The first refusal, or a review that failed.
+    pub async fn reauthorize(&self) -> Result<()> {
+        let (Some(gate), Some(user)) = (&self.informers.gate, &self.user) else {
+            return Ok(());
+        };
+        let admitted = self
+            .admitted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (ar, namespace) in &admitted {
+            gate.admit(user, ar, namespace.as_deref()).await?;
+        }
+        Ok(())
+    }
+}
+
+/// An informer a controller may subscribe to.
+pub struct Opened {
+    entry: Arc<Entry>,
+}
+
+impl Opened {
+    /// The informer's cache, shared by every subscriber.
+    pub fn store(&self) -> Arc<Store> {
+        self.entry.store.clone()
+    }
+
+    /// Starts delivering changes: first `Added` for every object already cached, then
+    /// every live change. A change racing the replay may arrive once more as
+    /// `Modified`; handlers are level-based, so it costs one reconcile at most.
+    pub fn subscribe(
+        self,
+        on_change: impl Fn(Change) + Send + Sync + 'static,
+        on_restart: impl Fn() + Send + Sync + 'static,
+    ) -> Subscription {
+        let fanout = &self.entry.fanout;
+        let id = fanout.next.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut subscribers = fanout.lock();
+            for obj in self.entry.store.objects() {
+                on_change(Change::Added(obj));
+            }
+            subscribers.push((id, Box::new(on_change), Box::new(on_restart)));
+        }
+        Subscription {
+            entry: self.entry,
+            id,
+        }
+    }
+}
+
+/// A controller's subscription; dropping it unsubscribes, and the informer stops when
+/// its last subscriber goes.
+pub struct Subscription {
+    entry: Arc<Entry>,
+    id: u64,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.entry.fanout.lock().retain(|(id, _, _)| *id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    /// A server whose list holds two ConfigMaps and whose watches end at once.
+    fn client() -> kube::Client {
+        let service = tower::service_fn(|req: hyper::Request<kube::client::Body>| async move {
+            let body = if req.uri().query().is_some_and(|q| q.contains("watch=true")) {
+                String::new()
+            } else {
+                serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMapList",
+                    "metadata": {"resourceVersion": "7"},
+                    "items": [
+                        {"metadata": {"name": "a", "namespace": "t", "resourceVersion": "5"}},
+                        {"metadata": {"name": "b", "namespace": "t", "resourceVersion": "6"}},
+                    ],
+                })
+                .to_string()
+            };
+            let body = Full::new(Bytes::from(body)).map_err(|e: Infallible| match e {});
+            Ok::<_, Infallible>(hyper::Response::new(body.boxed_unsync()))
+        });
+        kube::Client::new(service, "t")
+    }
+
+    fn configmaps() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    fn want<'a>(ar: &'a ApiResource, labels: Option<&'a str>) -> Want<'a> {
+        Want {
+            resource: ar,
+            namespaced: true,
+            namespace: Some("t"),
+            labels,
+            fields: None,
+        }
+    }
+
+    fn session() -> Session {
+        Session::from_client(client(), "t".into(), false)
+    }
+
+    async fn until(what: &str, check: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn equal_wants_share_one_informer_until_the_last_subscriber_goes() {
+        let access = Access::private();
+        let (ar, session) = (configmaps(), session());
+        let one = access.open(&session, &want(&ar, None)).await.unwrap();
+        let two = access.open(&session, &want(&ar, None)).await.unwrap();
+        let other = access.open(&session, &want(&ar, Some("x"))).await.unwrap();
+        assert!(Arc::ptr_eq(&one.store(), &two.store()));
+        assert!(!Arc::ptr_eq(&one.store(), &other.store()));
+        assert_eq!(access.informers().running(), 2);
+        let first = one.subscribe(|_| {}, || {});
+        let second = two.subscribe(|_| {}, || {});
+        drop(other);
+        assert_eq!(access.informers().running(), 1);
+        drop(first);
+        assert_eq!(access.informers().running(), 1, "one subscriber is left");
+        drop(second);
+        assert_eq!(access.informers().running(), 0);
+        // Its task ends once the last subscriber has gone.
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            access.informers().join(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_late_subscriber_first_gets_what_is_cached() {
+        let access = Access::private();
+        let (ar, session) = (configmaps(), session());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let early = {
+            let seen = seen.clone();
+            access
+                .open(&session, &want(&ar, None))
+                .await
+                .unwrap()
+                .subscribe(
+                    move |c| {
+                        seen.lock()
+                            .unwrap()
+                            .push(("early", c.object()["metadata"]["name"].clone()));
+                    },
+                    || {},
+                )
+        };
+        let store = access
+            .open(&session, &want(&ar, None))
+            .await
+            .unwrap()
+            .store();
+        until("the list is cached", || store.is_synced()).await;
+        let late = {
+            let seen = seen.clone();
+            access
+                .open(&session, &want(&ar, None))
+                .await
+                .unwrap()
+                .subscribe(
+                    move |c| match c {
+                        Change::Added(o) => seen
+                            .lock()
+                            .unwrap()
+                            .push(("late", o["metadata"]["name"].clone())),
+                        other => panic!("a replay is of additions only: {other:?}"),
+                    },
+                    || {},
+                )
+        };
+        let mut got: Vec<_> = seen.lock().unwrap().clone();
+        got.sort_by_key(|(who, name)| (*who, name.to_string()));
+        assert_eq!(
+            got,
+            [
+                ("early", "a".into()),
+                ("early", "b".into()),
+                ("late", "a".into()),
+                ("late", "b".into()),
+            ]
+        );
+        drop((early, late));
+    }
+
+    struct Refusing;
+
+    impl Gate for Refusing {
+        fn admit<'a>(
+            &'a self,
+            user: &'a str,
+            resource: &'a ApiResource,
+            _: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Admission>> {
+            Box::pin(async move {
+                Err(Error::Refuse(format!(
+                    "{user} may not watch {}",
+                    resource.plural
+                )))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_subscriber_starts_nothing() {
+        let informers = Informers::new(tokio::runtime::Handle::current(), Some(Arc::new(Refusing)));
+        let access = informers.access(Some("system:serviceaccount:t:x".into()));
+        let err = access
+            .open(&session(), &want(&configmaps(), None))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "system:serviceaccount:t:x may not watch configmaps"
+        );
+        assert_eq!(informers.running(), 0);
+    }
+
+    /// Admits while `open` is true.
+    struct Toggle(std::sync::atomic::AtomicBool);
+
+    impl Gate for Toggle {
+        fn admit<'a>(
+            &'a self,
+            user: &'a str,
+            _: &'a ApiResource,
+            namespace: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Admission>> {
+            Box::pin(async move {
+                if self.0.load(Ordering::Relaxed) {
+                    Ok(Admission::Own)
+                } else {
+                    Err(Error::Refuse(format!(
+                        "{user} may not watch in {namespace:?}"
+                    )))
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn reauthorizing_asks_again_about_what_was_admitted() {
+        let gate = Arc::new(Toggle(true.into()));
+        let informers = Informers::new(tokio::runtime::Handle::current(), Some(gate.clone()));
+        let access = informers.access(Some("robot".into()));
+        let _sub = access
+            .open(&session(), &want(&configmaps(), None))
+            .await
+            .unwrap()
+            .subscribe(|_| {}, || {});
+        access.reauthorize().await.unwrap();
+        gate.0.store(false, Ordering::Relaxed);
+        let err = access.clone().reauthorize().await.err().unwrap();
+        assert_eq!(err.to_string(), "robot may not watch in Some(\"t\")");
+    }
+}

@@ -1,0 +1,151 @@
+//! Shared informers in `kite operator`: controllers watching the same resource, scope
+//! and selectors share one watch run as the operator, and only a controller whose own
+//! ServiceAccount may list and watch it is let in.
+
+use std::time::Duration;
+
+use crate::support::operator::*;
+use crate::support::*;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+/// The operator's `kite_operator_informers` gauge.
+async fn informers(op: &Operator) -> Option<u64> {
+    op.metrics()
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("kite_operator_informers "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn controllers_watching_the_same_kind_share_one_watch_until_the_last_goes() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("share").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let op = Operator::start(ns, &ceiling).await;
+    create_enforced_deployment(ns, "web", 5).await;
+    apply_slc(ns, "one", max_replicas_spec(ns, "3")).await;
+    apply_slc(ns, "two", max_replicas_spec(ns, "2")).await;
+    wait_condition(ns, "one", "Ready", "True", T).await;
+    wait_condition(ns, "two", "Ready", "True", T).await;
+    // Both act on what the one watch delivers: the lower cap wins in the end.
+    replicas_become(ns, "web", "2").await;
+    assert_eq!(informers(&op).await, Some(1), "{}", op.metrics().await);
+
+    // The watch is the operator's: neither ServiceAccount lists or watches Deployments.
+    let watched_as = |who: &str| {
+        audit_events(&format!("\"namespace\":\"{ns}\""))
+            .into_iter()
+            .filter(|e| {
+                matches!(e["verb"].as_str(), Some("list" | "watch"))
+                    && e["objectRef"]["resource"] == "deployments"
+                    && e["impersonatedUser"]["username"]
+                        .as_str()
+                        .or(e["user"]["username"].as_str())
+                        == Some(who)
+            })
+            .count()
+    };
+    assert!(
+        watched_as("kite-admin") >= 2,
+        "the operator listed and watched"
+    );
+    for sa in ["starkite-one", "starkite-two"] {
+        assert_eq!(
+            watched_as(&format!("system:serviceaccount:{ns}:{sa}")),
+            0,
+            "{sa} did not watch under its own name"
+        );
+    }
+
+    // One goes: the other keeps the watch and still corrects drift.
+    kubectl_ok(&["delete", "slc", "one", "-n", ns, "--timeout=30s"]).await;
+    drifted(ns, "web", "4").await;
+    replicas_become(ns, "web", "2").await;
+    assert_eq!(informers(&op).await, Some(1));
+    // The last goes: so does the watch.
+    kubectl_ok(&["delete", "slc", "two", "-n", ns, "--timeout=30s"]).await;
+    wait_until("the shared watch closed", T, || async {
+        informers(&op).await == Some(0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_controller_whose_account_may_not_watch_is_refused_until_it_may() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("share-deny").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let op = Operator::start(ns, &ceiling).await;
+    create_enforced_deployment(ns, "web", 5).await;
+    // An account that may list and patch Deployments, but not watch them.
+    kubectl_ok(&["create", "serviceaccount", "lister", "-n", ns]).await;
+    kubectl_ok(&[
+        "create",
+        "role",
+        "lister",
+        "-n",
+        ns,
+        "--verb=list,patch",
+        "--resource=deployments.apps",
+    ])
+    .await;
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "lister",
+        "-n",
+        ns,
+        "--role=lister",
+        &format!("--serviceaccount={ns}:lister"),
+    ])
+    .await;
+    let mut spec = max_replicas_spec(ns, "3");
+    spec["serviceAccountName"] = json!("lister");
+    apply_slc(ns, "borrowed", spec).await;
+    let s = wait_condition(ns, "borrowed", "Ready", "False", T).await;
+    let message = condition(&s, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "system:serviceaccount:{ns}:lister may not watch deployments (apps) in namespace {ns}"
+        )),
+        "{s}"
+    );
+    assert_eq!(condition(&s, "Ready")["reason"], "StartFailed", "{s}");
+    // Nothing was let through: the Deployment is left alone, and no watch opened.
+    assert_eq!(
+        jsonpath("deployment", "web", ns, "{.spec.replicas}").await,
+        "5"
+    );
+    assert_eq!(informers(&op).await, Some(0));
+
+    // Granted, it runs (the operator tries again by itself).
+    kubectl_ok(&[
+        "create",
+        "role",
+        "watcher",
+        "-n",
+        ns,
+        "--verb=watch",
+        "--resource=deployments.apps",
+    ])
+    .await;
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "watcher",
+        "-n",
+        ns,
+        "--role=watcher",
+        &format!("--serviceaccount={ns}:lister"),
+    ])
+    .await;
+    wait_condition(ns, "borrowed", "Ready", "True", T).await;
+    replicas_become(ns, "web", "3").await;
+}
