@@ -66,11 +66,6 @@ pub fn own_namespace() -> Option<String> {
         })
 }
 
-/// Runs the controller until a signal arrives, then shuts it down gracefully.
-/// Blocks the calling thread, which must not be a runtime worker.
-///
-/// # Errors
-/// Connection set-up, an unknown kind, a busy health port, or signal set-up.
 /// The lease `spec` contends for with `leader_election=True` (named after `script` and
 /// the kind unless `leader_election_id` names it), or None.
 pub fn leader_config(spec: &super::spec::ControlSpec, script: &Path) -> Option<LeaderConfig> {
@@ -93,6 +88,11 @@ pub fn leader_config(spec: &super::spec::ControlSpec, script: &Path) -> Option<L
     })
 }
 
+/// Runs the controller until a signal arrives, then shuts it down gracefully.
+/// Blocks the calling thread, which must not be a runtime worker.
+///
+/// # Errors
+/// Connection set-up, an unknown kind, a busy health port, or signal set-up.
 pub fn run(
     host: Arc<Host>,
     request: ControlRequest,
