@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use super::approval;
 use super::certs;
+use super::fanout::{Tap, fanout};
 use super::grants::OWNER_LABEL;
 use super::reconciler::{self, Context};
 use super::registration::{self, Endpoint, Registration};
@@ -334,8 +335,16 @@ pub async fn run(
         label_selector: opts.selector.clone(),
         ..trigger::watch_config()
     };
-    let namespaced =
-        controller::<StarlarkController>(&client, &opts, &tenants, &registry, &ctx, end.clone());
+    let taps = Taps::new(&client, &opts);
+    let namespaced = controller::<StarlarkController>(
+        &client,
+        &opts,
+        &tenants,
+        &registry,
+        &ctx,
+        &taps,
+        end.clone(),
+    );
     // A namespace-scoped operator hosts no cluster-wide controllers.
     let cluster = async {
         if opts.namespace.is_none() {
@@ -345,6 +354,7 @@ pub async fn run(
                 &tenants,
                 &registry,
                 &ctx,
+                &taps,
                 end.clone(),
             )
             .await;
@@ -390,58 +400,43 @@ async fn controller<K: Tenant>(
     tenants: &watcher::Config,
     registry: &Arc<Registry>,
     ctx: &Arc<Context>,
+    taps: &Taps,
     end: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let crs = K::api_all(client, opts.namespace.as_deref());
-    let cms: Api<ConfigMap> = match &opts.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     let (mapper_registry, ceiling_registry) = (registry.clone(), registry.clone());
-    let ceilings: Api<ClusterRole> = Api::all(client.clone());
-    let only_ceiling = trigger::watch_config().fields(&format!("metadata.name={}", opts.ceiling));
     let of_kind = |keys: Vec<Key>| {
         keys.into_iter()
             .filter_map(object_ref::<K>)
             .collect::<Vec<_>>()
     };
-    let ns = opts.namespace.clone();
-    // Someone deleting or editing a generated role, binding or account: restore it.
-    let owned = trigger::watch_config().labels(OWNER_LABEL);
     let mut controller = Controller::new(crs, tenants.clone())
-        .watches(cms, trigger::watch_config(), move |cm: ConfigMap| {
+        .watches_stream(taps.configmaps.take(), move |cm: ConfigMap| {
             let ns = cm.namespace().unwrap_or_default();
             of_kind(mapper_registry.referencing(&ns, &cm.name_any()))
         })
         // A change to the ceiling (or to a role aggregated into it) re-checks everything.
-        .watches(ceilings, only_ceiling, move |_: ClusterRole| {
+        .watches_stream(taps.ceiling.take(), move |_: ClusterRole| {
             of_kind(ceiling_registry.keys())
         })
-        .watches(
-            in_scope::<ServiceAccount>(client, ns.as_ref()),
-            owned.clone(),
+        // Someone deleting or editing a generated role, binding or account: restore it.
+        .watches_stream(
+            taps.service_accounts.take(),
             generated::<K, ServiceAccount>(registry.clone()),
         )
-        .watches(
-            in_scope::<Role>(client, ns.as_ref()),
-            owned.clone(),
-            generated::<K, Role>(registry.clone()),
-        )
-        .watches(
-            in_scope::<RoleBinding>(client, ns.as_ref()),
-            owned.clone(),
+        .watches_stream(taps.roles.take(), generated::<K, Role>(registry.clone()))
+        .watches_stream(
+            taps.role_bindings.take(),
             generated::<K, RoleBinding>(registry.clone()),
         );
-    if ns.is_none() {
+    if let Some(cluster) = &taps.cluster {
         controller = controller
-            .watches(
-                Api::<ClusterRole>::all(client.clone()),
-                owned.clone(),
+            .watches_stream(
+                cluster.0.take(),
                 generated::<K, ClusterRole>(registry.clone()),
             )
-            .watches(
-                Api::<ClusterRoleBinding>::all(client.clone()),
-                owned,
+            .watches_stream(
+                cluster.1.take(),
                 generated::<K, ClusterRoleBinding>(registry.clone()),
             );
     }
@@ -463,6 +458,45 @@ async fn controller<K: Tenant>(
         )
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+/// The operator's secondary watches, each open once and read by both controllers
+/// (one with `--namespace`, where no ClusterStarlarkControllers run).
+struct Taps {
+    configmaps: Tap<ConfigMap>,
+    ceiling: Tap<ClusterRole>,
+    service_accounts: Tap<ServiceAccount>,
+    roles: Tap<Role>,
+    role_bindings: Tap<RoleBinding>,
+    /// Generated ClusterRoles and ClusterRoleBindings (none with `--namespace`).
+    cluster: Option<(Tap<ClusterRole>, Tap<ClusterRoleBinding>)>,
+}
+
+impl Taps {
+    fn new(client: &kube::Client, opts: &Options) -> Self {
+        let ns = opts.namespace.as_ref();
+        let outputs = if ns.is_some() { 1 } else { 2 };
+        let owned = trigger::watch_config().labels(OWNER_LABEL);
+        let only_ceiling =
+            trigger::watch_config().fields(&format!("metadata.name={}", opts.ceiling));
+        Taps {
+            configmaps: fanout(
+                in_scope::<ConfigMap>(client, ns),
+                trigger::watch_config(),
+                outputs,
+            ),
+            ceiling: fanout(Api::all(client.clone()), only_ceiling, outputs),
+            service_accounts: fanout(in_scope(client, ns), owned.clone(), outputs),
+            roles: fanout(in_scope(client, ns), owned.clone(), outputs),
+            role_bindings: fanout(in_scope(client, ns), owned.clone(), outputs),
+            cluster: ns.is_none().then(|| {
+                (
+                    fanout(Api::all(client.clone()), owned.clone(), outputs),
+                    fanout(Api::all(client.clone()), owned, outputs),
+                )
+            }),
+        }
+    }
 }
 
 fn in_scope<G>(client: &kube::Client, namespace: Option<&String>) -> Api<G>

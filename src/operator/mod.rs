@@ -25,6 +25,7 @@ pub mod ceiling;
 pub mod certs;
 pub mod confinement;
 pub mod decision;
+pub mod fanout;
 pub mod gate;
 pub mod grants;
 pub mod hosted;

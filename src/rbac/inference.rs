@@ -531,6 +531,8 @@ impl<'a> Analyzer<'a> {
             return Scope::Cluster;
         }
         match ns {
+            // namespace="*": every namespace (list and watch).
+            Ns::Literal(s) if s == "*" => Scope::Cluster,
             Ns::Literal(s) => Scope::Namespace(s.clone()),
             Ns::Absent => client_default.map_or(Scope::Own, |s| Scope::Namespace(s.to_owned())),
             // Confined to one namespace, a computed one is granted only there: anything

@@ -56,7 +56,8 @@ impl<'a> Analyzer<'a> {
         if let Some((resource, kind)) = resolved {
             // The runtime watches every namespace unless told one.
             let scope = match (&ns, resource.namespaced) {
-                (Ns::Literal(s), true) => Scope::Namespace(s.clone()),
+                // "*" is every namespace, as for k8s.list.
+                (Ns::Literal(s), true) if s != "*" => Scope::Namespace(s.clone()),
                 _ => Scope::Cluster,
             };
             if matches!(ns, Ns::Dynamic) {

@@ -76,6 +76,21 @@ fn literal_kinds_and_short_names_get_exactly_their_verbs() {
 }
 
 #[test]
+fn every_namespace_is_granted_cluster_wide_not_in_a_namespace_named_star() {
+    let inf = infer_one(
+        "def reconcile(pod):\n  k8s.list('cm', namespace='*')\n\nk8s.control('pods', namespace='*', reconcile=reconcile)\n",
+    );
+    assert_eq!(
+        grants(&inf),
+        [
+            "cluster /configmaps: list",
+            "cluster /events: create,get,patch",
+            "cluster /pods: list,watch",
+        ]
+    );
+}
+
+#[test]
 fn the_seed_max_replicas_controller() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
