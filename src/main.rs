@@ -82,7 +82,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
             context: args.cluster.context.clone(),
             dry_run: false,
         };
-        let (client, config) = kite::connect_config(&kube_opts).await?;
+        let (client, _) = kite::connect_config(&kube_opts).await?;
         let lease_namespace = args.leader_election.then(|| {
             args.leader_election_namespace
                 .clone()
@@ -120,7 +120,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
             webhook_configuration: args.webhook_configuration.clone(),
         };
         let signalled = kite::shutdown_signal()?;
-        kite::run_operator(client, config, opts, signalled).await?;
+        kite::run_operator(client, opts, signalled).await?;
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));

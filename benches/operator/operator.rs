@@ -67,7 +67,18 @@ impl Operator {
             fleet.webhook(),
         ];
         args.extend(extra.iter().map(|a| (*a).to_owned()));
-        let child = Command::new(kite_bin())
+        // KITE_BENCH_HEAPTRACK=1: each operator runs under heaptrack (its figures are then
+        // heaptrack's own process, not the operator's), for a memory profile.
+        let mut command = if std::env::var_os("KITE_BENCH_HEAPTRACK").is_some() {
+            let mut c = Command::new("heaptrack");
+            c.arg("-o")
+                .arg(crate::out_dir().join(format!("heaptrack-{name}")))
+                .arg(kite_bin());
+            c
+        } else {
+            Command::new(kite_bin())
+        };
+        let child = command
             .args(&args)
             .env("KUBECONFIG", crate::cluster::kubeconfig())
             // The replica's identity (status.replica), as in a pod.

@@ -63,6 +63,10 @@ pub struct Plan {
     pub pool: crate::control::pool::Pool,
     /// The operator's shared informers, entered as this controller's ServiceAccount.
     pub informers: crate::control::informers::Access,
+    /// The operator's discovery cache: what the API server serves is the same for every
+    /// identity (discovery is readable by all), so 1000 controllers ask once, not 1000
+    /// times, and hold one copy.
+    pub discovery: crate::k8s::discovery::Discovery,
 }
 
 /// A running hosted controller.
@@ -88,7 +92,9 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     host.printer = Printer::hosted(&plan.name, printer::HOSTED);
     host.limits = plan.limits.clone();
     let host = Arc::new(host);
-    let session = Arc::new(Session::from_client(client, plan.namespace.clone(), false));
+    let mut session = Session::from_client(client, plan.namespace.clone(), false);
+    session.discovery = plan.discovery.clone();
+    let session = Arc::new(session);
     host.ext::<SessionCell>().pin(session.clone());
     let (file_name, script, eval_host) =
         (plan.file_name.clone(), plan.script.clone(), host.clone());

@@ -110,7 +110,6 @@ pub const LEASE: &str = "kite-operator";
 /// A missing CRD, a busy health port, or lost leadership.
 pub async fn run(
     client: kube::Client,
-    config: kube::Config,
     opts: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
@@ -192,7 +191,6 @@ pub async fn run(
         .transpose()?;
     let ctx = Arc::new(Context {
         client: client.clone(),
-        config,
         registry: registry.clone(),
         recorder: Recorder::new(
             client.clone(),

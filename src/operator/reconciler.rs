@@ -40,8 +40,6 @@ const RETRY: Duration = Duration::from_secs(20);
 pub struct Context {
     /// The operator's own client.
     pub client: kube::Client,
-    /// The operator's connection settings, from which impersonating clients are made.
-    pub config: kube::Config,
     pub registry: Arc<Registry>,
     pub recorder: Recorder,
     pub discovery: Discovery,
@@ -72,7 +70,7 @@ pub enum Error {
     #[error(transparent)]
     ReadCeiling(ceiling::Error),
     #[error("building the impersonating client: {0}")]
-    Impersonate(#[source] kube::Error),
+    Impersonate(#[source] hyper::header::InvalidHeaderValue),
     #[error("checking the author's permissions: {0}")]
     CheckAuthor(#[source] authority::Error),
     #[error(transparent)]
@@ -91,7 +89,7 @@ pub async fn reconcile<K: Tenant>(cr: Arc<K>, ctx: Arc<Context>) -> Result<Actio
     let api = cr.api_of(&ctx.client);
     finalizer(&api, FINALIZER, cr, |event| async {
         match event {
-            finalizer::Event::Apply(cr) => apply(&*cr, &ctx).await,
+            finalizer::Event::Apply(cr) => Box::pin(apply(&*cr, &ctx)).await,
             finalizer::Event::Cleanup(cr) => cleanup(&*cr, &ctx).await,
         }
     })
@@ -323,7 +321,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
     d.outcome.service_account = Some(sa.clone());
 
-    let client = identity::impersonating(&ctx.config, &home, &sa).map_err(Error::Impersonate)?;
+    let client = identity::impersonating(&ctx.client, &home, &sa).map_err(Error::Impersonate)?;
     let plan = Plan {
         name: cr.display(),
         file_name,
@@ -339,6 +337,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         informers: ctx
             .informers
             .access(Some(identity::service_account_user(&home, &sa))),
+        discovery: ctx.discovery.clone(),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {
