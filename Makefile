@@ -45,7 +45,7 @@ bench: cluster-up
 
 ## One kite operator hosting 100, 500 and 1000 StarlarkControllers across 50 namespaces
 ## (plus 20 ClusterStarlarkControllers on Pods), then three sharded replicas (not part
-## of `make test`; about 15 minutes, KITE_BENCH_SIZES=100,500 for less). The table is
+## of `make test`; about 8 minutes, KITE_BENCH_SIZES=100,500 for less). The table is
 ## printed and kept in target/bench/operator.md, with the operators' logs.
 bench-operator: cluster-up
 	$(CARGO) build --release --locked
