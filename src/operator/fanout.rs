@@ -9,12 +9,15 @@ use std::fmt::Debug;
 use std::sync::Mutex;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::trigger::TriggerBackoff;
+use super::grants::OWNER_LABEL;
+use super::trigger::{self, TriggerBackoff};
 
 /// Objects a watch delivered, waiting for a slow controller: beyond this the watch waits
 /// (it is level-based input: nothing is lost, it is only read later).
@@ -73,4 +76,55 @@ where
         }
     });
     Tap(Mutex::new(receivers))
+}
+
+/// The operator's secondary watches, each open once and read by both controllers
+/// (one with `--namespace`, where no ClusterStarlarkControllers run).
+pub struct Taps {
+    pub configmaps: Tap<ConfigMap>,
+    pub ceiling: Tap<ClusterRole>,
+    pub service_accounts: Tap<ServiceAccount>,
+    pub roles: Tap<Role>,
+    pub role_bindings: Tap<RoleBinding>,
+    /// Generated ClusterRoles and ClusterRoleBindings (none with `--namespace`).
+    pub cluster: Option<(Tap<ClusterRole>, Tap<ClusterRoleBinding>)>,
+}
+
+impl Taps {
+    /// The watches of an operator limited to `namespace` (None: all), whose ceiling
+    /// ClusterRole is `ceiling`.
+    pub fn new(client: &kube::Client, namespace: Option<&String>, ceiling: &str) -> Self {
+        let ns = namespace;
+        let outputs = if ns.is_some() { 1 } else { 2 };
+        let owned = trigger::watch_config().labels(OWNER_LABEL);
+        let only_ceiling = trigger::watch_config().fields(&format!("metadata.name={ceiling}"));
+        Taps {
+            configmaps: fanout(
+                in_scope::<ConfigMap>(client, ns),
+                trigger::watch_config(),
+                outputs,
+            ),
+            ceiling: fanout(Api::all(client.clone()), only_ceiling, outputs),
+            service_accounts: fanout(in_scope(client, ns), owned.clone(), outputs),
+            roles: fanout(in_scope(client, ns), owned.clone(), outputs),
+            role_bindings: fanout(in_scope(client, ns), owned.clone(), outputs),
+            cluster: ns.is_none().then(|| {
+                (
+                    fanout(Api::all(client.clone()), owned.clone(), outputs),
+                    fanout(Api::all(client.clone()), owned, outputs),
+                )
+            }),
+        }
+    }
+}
+
+fn in_scope<G>(client: &kube::Client, namespace: Option<&String>) -> Api<G>
+where
+    G: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    G::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use super::approval;
 use super::certs;
-use super::fanout::{Tap, fanout};
+use super::fanout::Taps;
 use super::grants::OWNER_LABEL;
 use super::reconciler::{self, Context};
 use super::registration::{self, Endpoint, Registration};
@@ -333,7 +333,7 @@ pub async fn run(
         label_selector: opts.selector.clone(),
         ..trigger::watch_config()
     };
-    let taps = Taps::new(&client, &opts);
+    let taps = Taps::new(&client, opts.namespace.as_ref(), &opts.ceiling);
     let namespaced = controller::<StarlarkController>(
         &client,
         &opts,
@@ -456,56 +456,6 @@ async fn controller<K: Tenant>(
         )
         .for_each(|_| futures::future::ready(()))
         .await;
-}
-
-/// The operator's secondary watches, each open once and read by both controllers
-/// (one with `--namespace`, where no ClusterStarlarkControllers run).
-struct Taps {
-    configmaps: Tap<ConfigMap>,
-    ceiling: Tap<ClusterRole>,
-    service_accounts: Tap<ServiceAccount>,
-    roles: Tap<Role>,
-    role_bindings: Tap<RoleBinding>,
-    /// Generated ClusterRoles and ClusterRoleBindings (none with `--namespace`).
-    cluster: Option<(Tap<ClusterRole>, Tap<ClusterRoleBinding>)>,
-}
-
-impl Taps {
-    fn new(client: &kube::Client, opts: &Options) -> Self {
-        let ns = opts.namespace.as_ref();
-        let outputs = if ns.is_some() { 1 } else { 2 };
-        let owned = trigger::watch_config().labels(OWNER_LABEL);
-        let only_ceiling =
-            trigger::watch_config().fields(&format!("metadata.name={}", opts.ceiling));
-        Taps {
-            configmaps: fanout(
-                in_scope::<ConfigMap>(client, ns),
-                trigger::watch_config(),
-                outputs,
-            ),
-            ceiling: fanout(Api::all(client.clone()), only_ceiling, outputs),
-            service_accounts: fanout(in_scope(client, ns), owned.clone(), outputs),
-            roles: fanout(in_scope(client, ns), owned.clone(), outputs),
-            role_bindings: fanout(in_scope(client, ns), owned.clone(), outputs),
-            cluster: ns.is_none().then(|| {
-                (
-                    fanout(Api::all(client.clone()), owned.clone(), outputs),
-                    fanout(Api::all(client.clone()), owned, outputs),
-                )
-            }),
-        }
-    }
-}
-
-fn in_scope<G>(client: &kube::Client, namespace: Option<&String>) -> Api<G>
-where
-    G: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    G::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// Maps a change to a generated object (labelled with its owner's uid) to the
