@@ -81,12 +81,14 @@ pub struct Want<'a> {
     pub fields: Option<&'a str>,
 }
 
-type ChangeFn = Box<dyn Fn(Change) + Send + Sync>;
-type RestartFn = Box<dyn Fn() + Send + Sync>;
+type ChangeFn = Arc<dyn Fn(Change) + Send + Sync>;
+type RestartFn = Arc<dyn Fn() + Send + Sync>;
 
-/// The subscribers of one informer. Callbacks run on the async runtime under this
-/// lock, so they must not block; the lock orders a late subscriber's replay before any
-/// live change it has not seen.
+/// The subscribers of one informer. A change goes to the subscribers listed when it is
+/// delivered, called outside the lock (a callback may drop a subscription). A late
+/// subscriber is replayed the cache under the lock and listed after it: a change it is
+/// not listed for is already in the cache it was replayed, since the informer updates
+/// the cache before it delivers.
 #[derive(Default)]
 struct Fanout {
     subscribers: Mutex<Vec<(u64, ChangeFn, RestartFn)>>,
@@ -95,13 +97,15 @@ struct Fanout {
 
 impl Fanout {
     fn deliver(&self, change: &Change) {
-        for (_, on_change, _) in self.lock().iter() {
+        let listed: Vec<ChangeFn> = self.lock().iter().map(|(_, f, _)| f.clone()).collect();
+        for on_change in listed {
             on_change(change.clone());
         }
     }
 
     fn restarted(&self) {
-        for (_, _, on_restart) in self.lock().iter() {
+        let listed: Vec<RestartFn> = self.lock().iter().map(|(_, _, f)| f.clone()).collect();
+        for on_restart in listed {
             on_restart();
         }
     }
@@ -342,7 +346,7 @@ impl Opened {
             for obj in self.entry.store.objects() {
                 on_change(Change::Added(obj));
             }
-            subscribers.push((id, Box::new(on_change), Box::new(on_restart)));
+            subscribers.push((id, Arc::new(on_change), Arc::new(on_restart)));
         }
         Subscription {
             entry: self.entry,
@@ -580,5 +584,42 @@ mod tests {
         gate.0.store(false, Ordering::Relaxed);
         let err = access.clone().reauthorize().await.err().unwrap();
         assert_eq!(err.to_string(), "robot may not watch in Some(\"t\")");
+    }
+
+    #[tokio::test]
+    async fn a_callback_may_drop_a_subscription() {
+        let access = Access::private();
+        let (ar, session) = (configmaps(), session());
+        let slot: Arc<Mutex<Option<Subscription>>> = Arc::default();
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let other = access.open(&session, &want(&ar, None)).await.unwrap();
+        let store = other.store();
+        *slot.lock().unwrap() = Some(other.subscribe(|_| {}, || {}));
+        let first = {
+            let (slot, dropped) = (slot.clone(), dropped.clone());
+            access
+                .open(&session, &want(&ar, None))
+                .await
+                .unwrap()
+                .subscribe(
+                    move |_| {
+                        // What a controller's last reference going away in a callback does.
+                        drop(slot.lock().unwrap().take());
+                        dropped.store(true, Ordering::Relaxed);
+                    },
+                    || {},
+                )
+        };
+        until("the list delivered", || {
+            store.is_synced() && dropped.load(Ordering::Relaxed)
+        })
+        .await;
+        assert!(slot.lock().unwrap().is_none());
+        assert_eq!(
+            access.informers().running(),
+            1,
+            "the first still subscribes"
+        );
+        drop(first);
     }
 }
