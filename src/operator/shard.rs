@@ -271,6 +271,10 @@ async fn look(
     let api: Api<Lease> = Api::namespaced(client, &namespace);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // Looked at again after LOOK_EVERY, or as soon as a live replica's lease runs
+        // out if that is sooner: its share is taken over at the expiry, not up to a
+        // look later.
+        let mut next = LOOK_EVERY;
         let listed = tokio::time::timeout(CALL_TIMEOUT, api.list(&ListParams::default())).await;
         match listed {
             Ok(Ok(leases)) => {
@@ -295,7 +299,12 @@ async fn look(
                         if *held.borrow() && validity.valid() {
                             live.push(holder);
                         }
-                    } else if !holder.is_empty() && age.is_some_and(|a| a < lasts) {
+                    } else if let Some(left) = age
+                        .filter(|_| !holder.is_empty())
+                        .and_then(|a| lasts.checked_sub(a))
+                        .filter(|left| !left.is_zero())
+                    {
+                        next = next.min(left + Duration::from_millis(50));
                         live.push(holder);
                     } else if age.is_none_or(|a| a > FORGET_AFTER) {
                         let _ = tokio::time::timeout(
@@ -322,7 +331,7 @@ async fn look(
         }
         tokio::select! {
             () = &mut shutdown => return,
-            () = tokio::time::sleep(LOOK_EVERY) => {}
+            () = tokio::time::sleep(next) => {}
         }
     }
 }
