@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
-    SubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
 use kube::discovery::ApiResource;
 
+use super::approval::Author;
+use super::authority::{Permission, first_denied};
 use crate::control::informers::{Admission, Error, Gate, Result};
 
 /// How long one review may take.
@@ -83,45 +84,6 @@ impl ReadGate {
         Ok(yes)
     }
 
-    /// Whether `user` (a ServiceAccount, with the groups the API server gives one) may
-    /// `verb` the resource there.
-    async fn user_may(
-        &self,
-        user: &str,
-        verb: &str,
-        ar: &ApiResource,
-        namespace: Option<&str>,
-    ) -> Result<bool> {
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.to_owned()),
-                groups: Some(service_account_groups(user)),
-                resource_attributes: Some(attributes(verb, ar, namespace)),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let api = kube::Api::<SubjectAccessReview>::all(self.client.clone());
-        let done =
-            tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| {
-                    Error::Review(format!(
-                        "asking whether {user} may {verb} {}: no answer within 10s",
-                        ar.plural
-                    ))
-                })?
-                .map_err(|e| {
-                    Error::Review(format!(
-                        "asking whether {user} may {verb} {}: {e}",
-                        ar.plural
-                    ))
-                })?;
-        Ok(done
-            .status
-            .is_some_and(|s| s.allowed && !s.denied.unwrap_or(false)))
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Readable, (bool, Instant)>> {
         self.own
             .lock()
@@ -137,16 +99,27 @@ impl Gate for ReadGate {
         namespace: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Admission>> {
         Box::pin(async move {
-            for verb in ["list", "watch"] {
-                let started = Instant::now();
-                let mut pause = Duration::from_millis(100);
-                while !self.user_may(user, verb, resource, namespace).await? {
-                    if started.elapsed() >= SETTLE {
-                        return Err(Error::Refuse(refusal(user, verb, resource, namespace)));
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
+            // The account as the API server sees it when the operator impersonates it.
+            let account = Author {
+                username: user.to_owned(),
+                groups: service_account_groups(user),
+                ..Author::default()
+            };
+            let wanted = reads(resource, namespace);
+            let started = Instant::now();
+            let mut pause = Duration::from_millis(100);
+            while let Some(denied) = first_denied(&self.client, &account, &wanted)
+                .await
+                .map_err(|e| Error::Review(e.to_string()))?
+            {
+                if started.elapsed() >= SETTLE {
+                    return Err(Error::Refuse(format!(
+                        "{denied}; grant it to the ServiceAccount (the operator shares its \
+                         watches only with controllers that could watch themselves)"
+                    )));
                 }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
             if self.operator_may(resource, namespace).await? {
                 Ok(Admission::Shared(self.client.clone()))
@@ -183,21 +156,21 @@ fn service_account_groups(user: &str) -> Vec<String> {
     groups
 }
 
-/// `system:serviceaccount:team:starkite-x may not watch deployments (apps) in namespace
-/// team`, and what to do about it.
-fn refusal(user: &str, verb: &str, ar: &ApiResource, namespace: Option<&str>) -> String {
-    let mut what = format!("{verb} {}", ar.plural);
-    if !ar.group.is_empty() {
-        what += &format!(" ({})", ar.group);
-    }
-    match namespace {
-        Some(ns) => what += &format!(" in namespace {ns}"),
-        None => what += " cluster-wide",
-    }
-    format!(
-        "{user} may not {what}, which the controller's watch needs; grant it to the ServiceAccount \
-         (the operator shares its watches only with controllers that could watch themselves)"
-    )
+/// `list` and `watch` of `ar` in `namespace` (None: cluster-wide), as permissions to
+/// review.
+fn reads(ar: &ApiResource, namespace: Option<&str>) -> Vec<Permission> {
+    ["list", "watch"]
+        .into_iter()
+        .map(|verb| Permission {
+            verb: verb.to_owned(),
+            group: ar.group.clone(),
+            resource: ar.plural.clone(),
+            subresource: String::new(),
+            namespace: namespace.unwrap_or_default().to_owned(),
+            name: String::new(),
+            why: "the controller's watch".to_owned(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -217,7 +190,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_names_the_account_and_the_permission() {
+    fn a_refusal_names_the_permission_and_why() {
         let ar = ApiResource {
             group: "apps".into(),
             version: "v1".into(),
@@ -225,14 +198,22 @@ mod tests {
             kind: "Deployment".into(),
             plural: "deployments".into(),
         };
-        let m = refusal("system:serviceaccount:t:x", "watch", &ar, Some("t"));
-        assert!(
-            m.starts_with(
-                "system:serviceaccount:t:x may not watch deployments (apps) in namespace t,"
-            ),
-            "{m}"
+        let namespaced = reads(&ar, Some("t"));
+        assert_eq!(
+            namespaced
+                .iter()
+                .map(Permission::describe)
+                .collect::<Vec<_>>(),
+            [
+                "list deployments (apps) in namespace t",
+                "watch deployments (apps) in namespace t"
+            ]
         );
-        assert!(refusal("u", "list", &ar, None).contains("list deployments (apps) cluster-wide"));
+        assert_eq!(namespaced[1].why, "the controller's watch");
+        assert_eq!(
+            reads(&ar, None)[0].describe(),
+            "list deployments (apps) cluster-wide"
+        );
     }
 
     /// (group, resource) of every rule in the YAML documents' roles with one of `verbs`.

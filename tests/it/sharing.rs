@@ -82,6 +82,11 @@ async fn a_controller_whose_account_may_not_watch_is_refused_until_it_may() {
     let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
     let op = Operator::start(ns, &ceiling).await;
     create_enforced_deployment(ns, "web", 5).await;
+    // A controller that may watch Deployments here already holds the shared watch (its
+    // cap is above the Deployment's replicas, so it changes nothing).
+    apply_slc(ns, "allowed", max_replicas_spec(ns, "10")).await;
+    wait_condition(ns, "allowed", "Ready", "True", T).await;
+    assert_eq!(informers(&op).await, Some(1));
     // An account that may list and patch Deployments, but not watch them.
     kubectl_ok(&["create", "serviceaccount", "lister", "-n", ns]).await;
     kubectl_ok(&[
@@ -118,12 +123,13 @@ async fn a_controller_whose_account_may_not_watch_is_refused_until_it_may() {
         "{s}"
     );
     assert_eq!(condition(&s, "Ready")["reason"], "StartFailed", "{s}");
-    // Nothing was let through: the Deployment is left alone, and no watch opened.
+    // Nothing was let through, though the watch it asked for was open: the Deployment is
+    // left alone, and no other watch opened.
     assert_eq!(
         jsonpath("deployment", "web", ns, "{.spec.replicas}").await,
         "5"
     );
-    assert_eq!(informers(&op).await, Some(0));
+    assert_eq!(informers(&op).await, Some(1));
 
     // Granted, it runs (the operator tries again by itself).
     kubectl_ok(&[
