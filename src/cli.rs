@@ -26,6 +26,11 @@ pub enum Command {
     Check {
         /// The script to check.
         file: PathBuf,
+        /// Check it as `kite operator` hosts it: only the operator's allowlist of
+        /// capabilities exists (no files, processes, environment, network, `k8s.fake`,
+        /// `k8s.testing` or `k8s.webhook`).
+        #[arg(long)]
+        hosted: bool,
     },
     /// Kubernetes tooling: deployment manifests and RBAC for a controller script.
     Kube {

@@ -97,6 +97,7 @@ pub use control::webhook::WebhookRequest;
 pub use control::webhook::run::run as run_webhook;
 pub use dev::{Options as DevOptions, run as run_dev};
 pub use k8s::session::{KubeOptions, connect_config};
+pub use library::hosted::check as check_hosted;
 pub use library::library;
 pub use lsp::serve as serve_lsp;
 pub use script::builtins::os::ScriptExit;

@@ -1,14 +1,42 @@
-//! The library every script sees, composed from the layers: the host's standard
-//! globals, the `k8s` module (also loadable as `load("k8s", "k8s")`), and the
-//! `k8s.control` method of the control layer.
+//! The libraries scripts see, composed from the layers: `kite run`'s (every capability,
+//! every `k8s` function) and, in [`hosted`], the operator's allowlist.
 //!
 //! The host (`script`) knows neither `k8s` nor `control`; this is the one place that
-//! puts them together, for `kite run`, `kite check` and `kite operator`.
+//! puts them together, for `kite run`, `kite check`, `kite test` and `kite operator`.
+
+pub mod hosted;
 
 use std::sync::OnceLock;
 
+use starlark::environment::{Methods, MethodsBuilder};
+
+use crate::k8s::module::{Edition, ModuleAttr};
 use crate::script::library::{Builder, Library};
 use crate::{control, k8s};
+
+/// The edition of `k8s` that `kite run`, `kite dev` and `kite test` scripts get: every
+/// function, `k8s.fake`, `k8s.webhook` and `k8s.testing`.
+pub struct Kite;
+
+fn kite_methods(builder: &mut MethodsBuilder) {
+    k8s::module::client_methods(builder);
+    k8s::module::local_methods(builder);
+    control::request::control_method(builder);
+    control::webhook::webhook_method(builder);
+    crate::fake::builtin::fake_method(builder);
+}
+
+starlark::methods_static!(KITE_METHODS = kite_methods);
+
+impl Edition for Kite {
+    fn methods() -> &'static Methods {
+        KITE_METHODS.methods()
+    }
+
+    fn module_attrs() -> &'static [ModuleAttr] {
+        &[("testing", crate::testing::namespace)]
+    }
+}
 
 /// The composed library, built once.
 pub fn library() -> &'static Library {
@@ -19,23 +47,15 @@ pub fn library() -> &'static Library {
 /// The composed library, still open for a command to add its own globals (`kite test`
 /// adds the assertions).
 pub fn builder() -> Builder {
-    // Before any client value is used: the method table is fixed on first use.
-    k8s::module::extend_methods(|methods| {
-        control::request::control_method(methods);
-        control::webhook::webhook_method(methods);
-        crate::fake::builtin::fake_method(methods);
-    });
-    k8s::module::extend_module(vec![("testing", crate::testing::namespace)]);
     Library::builder()
-        .globals(k8s::module::register)
-        .module("k8s", k8s::module::loadable)
+        .globals(k8s::module::register::<Kite>)
+        .module("k8s", k8s::module::loadable::<Kite>)
         .signatures(k8s::module::signatures)
         .signatures(control::request::signatures)
         .signatures(control::webhook::signatures)
         .signatures(crate::fake::builtin::signatures)
         .signatures(crate::testing::signatures)
 }
-
 #[cfg(test)]
 mod tests {
     use super::library;

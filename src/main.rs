@@ -37,7 +37,11 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Check { file } => match kite::check_file(&file) {
+        Command::Check { file, hosted } => match if hosted {
+            kite::check_hosted(&file)
+        } else {
+            kite::check_file(&file)
+        } {
             Ok(report) => {
                 print!("{report}");
                 ExitCode::SUCCESS

@@ -14,7 +14,7 @@ use starlark::values::none::NoneOr;
 
 use super::FakeCluster;
 use crate::k8s::manifest::manifests;
-use crate::k8s::module::{client_value, session_key};
+use crate::k8s::module::{client_like, session_key};
 use crate::k8s::session::{Session, SessionCell, SessionKey};
 use crate::script::host::Host;
 use crate::script::lint::Signature;
@@ -42,7 +42,6 @@ pub fn fake_method(builder: &mut MethodsBuilder) {
         #[starlark(require = named, default = false)] default: bool,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
-        let _ = this;
         let host = Host::of(eval)?;
         let mut docs = Vec::new();
         if let Some(objects) = objects.into_option() {
@@ -125,7 +124,7 @@ pub fn fake_method(builder: &mut MethodsBuilder) {
         }
         clusters.insert(key.clone(), cluster);
         drop(clusters);
-        Ok(eval.heap().alloc(client_value(key)))
+        client_like(this, key, eval.heap())
     }
 }
 

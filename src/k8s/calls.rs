@@ -7,9 +7,9 @@ use starlark::environment::MethodsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
 use starlark::values::none::NoneOr;
-use starlark::values::{Heap, Value, ValueLike, list::AllocList};
+use starlark::values::{Heap, Value, list::AllocList};
 
-use super::module::{Call, K8sClient, opt};
+use super::module::{Call, Client, ClientValue, opt};
 use super::ops::{self, Target};
 use super::session::SessionKey;
 use super::{event, manifest, wait, watch};
@@ -412,28 +412,36 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = named, default = NoneOr::None)] context: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] namespace: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<&str>,
-    ) -> anyhow::Result<K8sClient> {
-        let (base, base_timeout) = this
-            .downcast_ref::<K8sClient>()
-            .map(|c| (c.key.clone(), c.timeout))
-            .unwrap_or_default();
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let this = this
+            .request_value::<&dyn ClientValue>()
+            .ok_or_else(|| anyhow::anyhow!("k8s.config: not called on a k8s client"))?;
+        let base = this.client();
         // Upstream treats an empty string as "not given".
         let timeout = match opt(timeout).filter(|t| !t.is_empty()) {
             Some(t) => Some(
                 crate::duration::parse(t)
                     .map_err(|e| anyhow::anyhow!("k8s.config: timeout: {e}"))?,
             ),
-            None => base_timeout,
+            None => base.timeout,
         };
-        Ok(K8sClient {
+        let client = Client {
             key: SessionKey {
-                kubeconfig: opt(kubeconfig).map(str::to_owned).or(base.kubeconfig),
-                context: opt(context).map(str::to_owned).or(base.context),
-                namespace: opt(namespace).map(str::to_owned).or(base.namespace),
+                kubeconfig: opt(kubeconfig)
+                    .map(str::to_owned)
+                    .or_else(|| base.key.kubeconfig.clone()),
+                context: opt(context)
+                    .map(str::to_owned)
+                    .or_else(|| base.key.context.clone()),
+                namespace: opt(namespace)
+                    .map(str::to_owned)
+                    .or_else(|| base.key.namespace.clone()),
             },
             is_module: false,
             timeout,
-        })
+        };
+        Ok(this.alloc_like(client, heap))
     }
 }
 

@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use allocative::Allocative;
@@ -18,7 +19,8 @@ use starlark::environment::{GlobalsBuilder, Methods, MethodsBuilder, Module};
 use starlark::eval::Evaluator;
 use starlark::values::none::NoneOr;
 use starlark::values::{
-    FrozenValue, Heap, NoSerialize, StarlarkValue, Value, ValueLike, starlark_value,
+    AllocFrozenValue, AllocValue, FrozenHeap, FrozenValue, Heap, NoSerialize, StarlarkValue, Value,
+    starlark_value,
 };
 
 use super::calls;
@@ -33,99 +35,170 @@ use crate::script::permissions::Access;
 /// The default deadline of one API call when the script gives no `timeout=`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A cluster client as scripts see it: `k8s` (default settings) or `k8s.config(...)`.
-#[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative)]
-pub struct K8sClient {
-    #[allocative(skip)]
+/// The fields every client value has, whatever its edition.
+#[derive(Debug, Clone, Default)]
+pub struct Client {
     pub(super) key: SessionKey,
     /// True for the predeclared `k8s` module, which also carries `obj`.
     pub(super) is_module: bool,
     /// The deadline of each call that gives no `timeout=`: `k8s.config(timeout=)`.
-    #[allocative(skip)]
     pub(super) timeout: Option<Duration>,
 }
 
-starlark::starlark_simple_value!(K8sClient);
+/// A namespace of the `k8s` module value: its name and its (static) value.
+pub type ModuleAttr = (&'static str, fn() -> FrozenValue);
 
-impl fmt::Display for K8sClient {
+/// Which functions a client value carries. Each edition is its own type, composed at
+/// the top of the crate (`crate::library`): `kite run`'s has every function, the
+/// operator's only its allowlist. The method table is fixed by the type, so no order
+/// of first uses can change what a script sees.
+pub trait Edition: 'static + Send + Sync {
+    /// Every method of this edition's clients (calls, `control`, ...).
+    fn methods() -> &'static Methods;
+    /// Namespaces of the `k8s` module value beyond `obj` (`k8s.testing`).
+    fn module_attrs() -> &'static [ModuleAttr];
+}
+
+/// A cluster client as scripts see it: `k8s` (default settings) or `k8s.config(...)`,
+/// with the methods of its edition `E`.
+#[derive(NoSerialize)]
+pub struct K8sClient<E: Edition> {
+    client: Client,
+    edition: PhantomData<E>,
+}
+
+impl<E: Edition> Allocative for K8sClient<E> {
+    fn visit<'a, 'b: 'a>(&self, visitor: &'a mut allocative::Visitor<'b>) {
+        visitor.enter_self_sized::<Self>().exit();
+    }
+}
+
+// SAFETY: `K8sClient<E>` holds no references (`E: 'static`), so it is its own static type.
+unsafe impl<E: Edition> ProvidesStaticType<'_> for K8sClient<E> {
+    type StaticType = K8sClient<E>;
+}
+
+/// What the calls need of a client value of any edition.
+pub trait ClientValue {
+    fn client(&self) -> &Client;
+    /// A client of the same edition with other settings (`k8s.config`, `k8s.fake`).
+    fn alloc_like<'v>(&self, client: Client, heap: Heap<'v>) -> Value<'v>;
+}
+
+// SAFETY: a `&dyn ClientValue` borrowed for 'v is the static trait object's reference.
+unsafe impl<'v> ProvidesStaticType<'v> for &'v dyn ClientValue {
+    type StaticType = &'static dyn ClientValue;
+}
+
+impl<E: Edition> ClientValue for K8sClient<E> {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn alloc_like<'v>(&self, client: Client, heap: Heap<'v>) -> Value<'v> {
+        heap.alloc(K8sClient::<E>::new(client))
+    }
+}
+
+impl<E: Edition> K8sClient<E> {
+    pub fn new(client: Client) -> Self {
+        K8sClient {
+            client,
+            edition: PhantomData,
+        }
+    }
+
+    /// The predeclared `k8s` module value.
+    pub fn module() -> Self {
+        K8sClient::new(Client {
+            is_module: true,
+            ..Client::default()
+        })
+    }
+}
+
+impl<E: Edition> fmt::Debug for K8sClient<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_module {
+        self.client.fmt(f)
+    }
+}
+
+impl<E: Edition> fmt::Display for K8sClient<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.client.is_module {
             write!(f, "<module k8s>")
         } else {
-            write!(f, "<k8s client {:?}>", self.key)
+            write!(f, "<k8s client {:?}>", self.client.key)
         }
     }
 }
 
-/// Every client function: the core calls and the pod I/O calls (`logs`, `exec`, ...).
-fn client_methods(builder: &mut MethodsBuilder) {
+impl<'v, E: Edition> AllocValue<'v> for K8sClient<E> {
+    fn alloc_value(self, heap: Heap<'v>) -> Value<'v> {
+        heap.alloc_simple(self)
+    }
+}
+
+impl<E: Edition> AllocFrozenValue for K8sClient<E> {
+    fn alloc_frozen_value(self, heap: &FrozenHeap) -> FrozenValue {
+        heap.alloc_simple(self)
+    }
+}
+
+/// The client's own functions: the cluster calls that every edition may offer.
+/// Pod I/O that reaches this machine (`port_forward`'s listener, `cp`'s files) is apart,
+/// in [`local_methods`].
+pub fn client_methods(builder: &mut MethodsBuilder) {
     calls::client_methods(builder);
     super::pod_calls::pod_methods(builder);
     super::workload_calls::workload_methods(builder);
     super::node_calls::node_methods(builder);
 }
 
-starlark::methods_static!(CLIENT_METHODS = client_methods);
-
-/// The client's methods with what the layers above add (`k8s.control`), fixed by the
-/// first [`extend_methods`] or the first use.
-static METHODS: OnceLock<Methods> = OnceLock::new();
-
-/// Adds methods to every client value (the control layer adds `control`). The top of
-/// the crate calls it once, before any script runs; later calls change nothing.
-pub fn extend_methods(extra: fn(&mut MethodsBuilder)) {
-    METHODS.get_or_init(|| {
-        let mut builder = MethodsBuilder::new();
-        client_methods(&mut builder);
-        extra(&mut builder);
-        builder.build()
-    });
+/// `port_forward` (a listener on this machine) and `cp` (this machine's files).
+pub fn local_methods(builder: &mut MethodsBuilder) {
+    super::pod_calls::local_methods(builder);
 }
 
-/// Namespaces of the `k8s` module that the layers above add (`k8s.testing`).
-type ModuleAttrs = Vec<(&'static str, fn() -> FrozenValue)>;
-static MODULE_ATTRS: OnceLock<ModuleAttrs> = OnceLock::new();
-
-/// Adds namespaces to the `k8s` module value (`k8s.testing`). The top of the crate calls
-/// it once, before any script runs; later calls change nothing.
-pub fn extend_module(attrs: ModuleAttrs) {
-    let _ = MODULE_ATTRS.set(attrs);
+/// The calls every `try_` form is made from: the client's own and the local ones.
+fn all_calls(builder: &mut MethodsBuilder) {
+    client_methods(builder);
+    local_methods(builder);
 }
 
-fn module_attr(name: &str) -> Option<FrozenValue> {
-    MODULE_ATTRS
-        .get()?
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, f)| f())
-}
+starlark::methods_static!(CALL_METHODS = all_calls);
 
 #[starlark_value(type = "k8s.client")]
-impl<'v> StarlarkValue<'v> for K8sClient {
+impl<'v, E: Edition> StarlarkValue<'v> for K8sClient<E> {
+    type Canonical = Self;
+
     fn get_methods() -> Option<&'static Methods> {
-        Some(METHODS.get_or_init(|| {
-            let mut builder = MethodsBuilder::new();
-            client_methods(&mut builder);
-            builder.build()
-        }))
+        Some(E::methods())
+    }
+
+    fn provide(&'v self, demand: &mut starlark::values::Demand<'_, 'v>) {
+        demand.provide_value::<&dyn ClientValue>(self);
     }
 
     fn get_attr(&self, attribute: &str, heap: Heap<'v>) -> Option<Value<'v>> {
-        if self.is_module && attribute == "obj" {
+        if self.client.is_module && attribute == "obj" {
             return Some(super::obj::obj_namespace().to_value());
         }
-        if self.is_module
-            && let Some(v) = module_attr(attribute)
+        if self.client.is_module
+            && let Some((_, f)) = E::module_attrs().iter().find(|(n, _)| *n == attribute)
         {
-            return Some(v.to_value());
+            return Some(f().to_value());
         }
         let inner = attribute.strip_prefix("try_")?;
+        // Only the calls this edition has, and only calls (not `control`), have a
+        // `try_` form.
         if !method_names().iter().any(|n| n == inner) {
             return None;
         }
-        // Binding through the value's own attribute lookup finds the method table.
+        // Binding through the value's own attribute lookup finds the method table, and
+        // finds nothing for a call this edition does not have.
         let bound = heap
-            .alloc(self.clone())
+            .alloc(K8sClient::<E>::new(self.client.clone()))
             .get_attr(inner, heap)
             .ok()
             .flatten()?;
@@ -133,16 +206,20 @@ impl<'v> StarlarkValue<'v> for K8sClient {
     }
 
     fn dir_attr(&self) -> Vec<String> {
-        let mut names: Vec<String> = method_names().iter().map(|n| format!("try_{n}")).collect();
-        if self.is_module {
+        let own: Vec<String> = E::methods()
+            .documentation(starlark::typing::Ty::any())
+            .members
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        let mut names: Vec<String> = method_names()
+            .iter()
+            .filter(|n| own.contains(n))
+            .map(|n| format!("try_{n}"))
+            .collect();
+        if self.client.is_module {
             names.push("obj".into());
-            names.extend(
-                MODULE_ATTRS
-                    .get()
-                    .into_iter()
-                    .flatten()
-                    .map(|(n, _)| (*n).to_owned()),
-            );
+            names.extend(E::module_attrs().iter().map(|(n, _)| (*n).to_owned()));
         }
         names
     }
@@ -151,7 +228,7 @@ impl<'v> StarlarkValue<'v> for K8sClient {
 /// Adds the signatures of the client's own functions and of the `k8s.obj` builders,
 /// for `kite check`.
 pub fn signatures(known: &mut BTreeMap<String, Signature>) {
-    let docs = CLIENT_METHODS
+    let docs = CALL_METHODS
         .methods()
         .documentation(starlark::typing::Ty::any());
     for (name, member) in docs.members {
@@ -181,50 +258,53 @@ pub fn signatures(known: &mut BTreeMap<String, Signature>) {
 fn method_names() -> &'static [String] {
     static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
-        let doc = CLIENT_METHODS
+        let doc = CALL_METHODS
             .methods()
             .documentation(starlark::typing::Ty::any());
         doc.members.into_iter().map(|(name, _)| name).collect()
     })
 }
 
-/// Registers the predeclared `k8s` global.
-pub fn register(builder: &mut GlobalsBuilder) {
-    builder.set(
-        "k8s",
-        K8sClient {
-            key: SessionKey::default(),
-            is_module: true,
-            timeout: None,
-        },
-    );
+/// Registers the predeclared `k8s` global, a client of edition `E`.
+pub fn register<E: Edition>(builder: &mut GlobalsBuilder) {
+    builder.set("k8s", K8sClient::<E>::module());
 }
 
 /// Sets `k8s` in a module, for `load("k8s", "k8s")`.
-pub fn loadable(module: &Module) {
-    let value = K8sClient {
-        key: SessionKey::default(),
-        is_module: true,
-        timeout: None,
-    };
-    module.set("k8s", module.heap().alloc(value));
+pub fn loadable<E: Edition>(module: &Module) {
+    module.set("k8s", module.heap().alloc(K8sClient::<E>::module()));
 }
 
-/// A client value for a session registered under `key` (`k8s.fake(...)`'s clients).
-pub fn client_value(key: SessionKey) -> K8sClient {
-    K8sClient {
-        key,
-        is_module: false,
-        timeout: None,
-    }
+/// The client fields of a client value of any edition.
+pub fn client_of(value: Value<'_>) -> Option<&Client> {
+    value
+        .request_value::<&dyn ClientValue>()
+        .map(ClientValue::client)
+}
+
+/// A client of `like`'s edition for a session registered under `key` (`k8s.fake(...)`'s
+/// clients).
+pub fn client_like<'v>(
+    like: Value<'v>,
+    key: SessionKey,
+    heap: Heap<'v>,
+) -> anyhow::Result<Value<'v>> {
+    let this = like
+        .request_value::<&dyn ClientValue>()
+        .ok_or_else(|| anyhow::anyhow!("not called on a k8s client"))?;
+    Ok(this.alloc_like(
+        Client {
+            key,
+            is_module: false,
+            timeout: None,
+        },
+        heap,
+    ))
 }
 
 /// The session a client value stands for: `k8s`'s default, or a `k8s.config(...)`'s.
 pub fn session_key(client: Value) -> SessionKey {
-    client
-        .downcast_ref::<K8sClient>()
-        .map(|c| c.key.clone())
-        .unwrap_or_default()
+    client_of(client).map(|c| c.key.clone()).unwrap_or_default()
 }
 
 /// Everything one call needs: the session, the host, and the call's name for messages.
@@ -244,9 +324,8 @@ impl<'a> Call<'a> {
     ) -> anyhow::Result<Self> {
         let host = Host::of(eval)?;
         let full = format!("k8s.{name}");
-        let client = this
-            .downcast_ref::<K8sClient>()
-            .ok_or_else(|| anyhow::anyhow!("{full}: not called on a k8s client"))?;
+        let client =
+            client_of(this).ok_or_else(|| anyhow::anyhow!("{full}: not called on a k8s client"))?;
         // A fake cluster (`k8s.fake`) is in memory: using it reaches nothing.
         if !host.ext::<SessionCell>().is_offline(&client.key) {
             host.allow(&full, Access::K8s)?;
@@ -305,15 +384,25 @@ mod tests {
 
     use super::*;
 
+    struct Bare;
+    impl Edition for Bare {
+        fn methods() -> &'static Methods {
+            CALL_METHODS.methods()
+        }
+        fn module_attrs() -> &'static [ModuleAttr] {
+            &[]
+        }
+    }
+
     /// The deadline a `k8s.config(...)` snippet's client carries, or the error.
     fn config_timeout(code: &str) -> Result<Option<Duration>, String> {
-        let globals = GlobalsBuilder::standard().with(register).build();
+        let globals = GlobalsBuilder::standard().with(register::<Bare>).build();
         let ast = AstModule::parse("t.star", code.to_owned(), &Dialect::Extended)
             .map_err(|e| e.to_string())?;
         Module::with_temp_heap(|module| {
             let mut eval = Evaluator::new(&module);
             let v = eval.eval_module(ast, &globals).map_err(|e| e.to_string())?;
-            Ok(v.downcast_ref::<K8sClient>().and_then(|c| c.timeout))
+            Ok(client_of(v).and_then(|c| c.timeout))
         })
     }
 

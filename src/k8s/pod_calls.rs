@@ -128,7 +128,13 @@ pub(super) fn pod_methods(builder: &mut MethodsBuilder) {
         });
         Ok(to_starlark(eval.heap(), &result))
     }
+}
 
+/// `port_forward` (a listener on this machine, behind `--allow-net`) and `cp` (this
+/// machine's files, behind `--allow-fs`): pod I/O that reaches more than the cluster, so
+/// never in a hosted script's library.
+#[starlark_module]
+pub(super) fn local_methods(builder: &mut MethodsBuilder) {
     /// Forwards 127.0.0.1:`local_port` (0: a free port) to `port` of the pod until
     /// `h.stop()` or the end of the run; returns the handle (`h.local_port`).
     fn port_forward<'v>(
@@ -143,6 +149,8 @@ pub(super) fn pod_methods(builder: &mut MethodsBuilder) {
         let port = port_number("port", port, false)?;
         let local_port = port_number("local_port", local_port, true)?;
         let call = Call::new(eval, this, "port_forward", timeout)?;
+        // The listener is on this machine: network access beyond the cluster's API.
+        call.host.allow("k8s.port_forward", Access::Net)?;
         let forwards = call.host.ext::<Forwards>();
         run(&call, async {
             let pod = resolve(&call, name, namespace, NoneOr::None).await?;

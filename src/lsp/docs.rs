@@ -129,7 +129,9 @@ impl Index {
     /// `k8s` is a value, not a namespace: its functions are methods, documented on
     /// the method table, plus `try_*` forms and the `obj` builders.
     fn add_k8s(&mut self) {
-        let Some(methods) = <K8sClient as StarlarkValue<'static>>::get_methods() else {
+        let Some(methods) =
+            <K8sClient<crate::library::Kite> as StarlarkValue<'static>>::get_methods()
+        else {
             return;
         };
         let mut try_forms = Vec::new();

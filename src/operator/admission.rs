@@ -73,6 +73,11 @@ async fn review<K: Tenant>(
         Ok(s) => s,
         Err(e) => return allow.deny(format!("reading the script to check its permissions: {e}")),
     };
+    if let Ok(text) = &script
+        && let Some(message) = assessment::too_large(text)
+    {
+        return allow.deny(format!("{} {}: {message}", K::KIND, cr.display()));
+    }
     // A script that cannot run is approved as it is: nothing is granted for it, and its
     // status says why. What can run is checked against its author.
     if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script).await {

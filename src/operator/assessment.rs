@@ -13,6 +13,25 @@ use super::tenant::Tenant;
 use crate::rbac::{Catalog, Inference, Rules, WatchNamespace};
 use crate::script::vars::Vars;
 
+/// The largest script the operator hosts. Far above any real controller (the seed's
+/// are a few KiB); it bounds what one author can make the operator parse and analyse.
+pub const MAX_SCRIPT_BYTES: usize = 256 << 10;
+
+/// How long parsing, linting and inferring one script may take. Analysis is linear in
+/// the script and capped in size, so this is only reached by a pathological script;
+/// it runs on a blocking thread, never on the async runtime.
+const ANALYSIS_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The message for a script over [`MAX_SCRIPT_BYTES`], or None.
+pub fn too_large(script: &str) -> Option<String> {
+    (script.len() > MAX_SCRIPT_BYTES).then(|| {
+        format!(
+            "the script is {} bytes; kite operator hosts scripts of at most {MAX_SCRIPT_BYTES} bytes (256 KiB)",
+            script.len()
+        )
+    })
+}
+
 /// The verdict on a script, before the ceiling and the author are considered.
 pub enum Assessment {
     /// `spec.suspend`: nothing runs.
@@ -26,7 +45,7 @@ pub enum Assessment {
     /// A StarlarkController's script needs something outside its namespace.
     Outside(String),
     /// It can run, with these permissions.
-    Runnable(Runnable),
+    Runnable(Box<Runnable>),
 }
 
 /// A script that can run.
@@ -108,26 +127,20 @@ pub async fn assessment<K: Tenant>(
             message,
         };
     }
-    let file_name = format!("{}.star", cr.name_any());
-    if let Err(e) = crate::script::check::check_text(crate::library::library(), &file_name, &script)
-    {
+    if let Some(message) = too_large(&script) {
         return Assessment::Invalid {
-            reason: "ScriptInvalid",
-            message: e.to_string().trim_end().to_owned(),
+            reason: "ScriptTooLarge",
+            message,
         };
     }
-    let watch = WatchNamespace {
-        replace: watch_override.as_deref(),
-        default: K::CONFINED.then_some(home.as_str()),
+    let file_name = format!("{}.star", cr.name_any());
+    let watch = Watch {
+        replace: watch_override,
+        default: K::CONFINED.then(|| home.clone()),
     };
-    let inference = match infer(ctx, &spec, &file_name, &script, watch).await {
+    let inference = match analyse(ctx, &spec, &file_name, &script, watch).await {
         Ok(i) => i,
-        Err(e) => {
-            return Assessment::Invalid {
-                reason: "ScriptInvalid",
-                message: e.to_string(),
-            };
-        }
+        Err((reason, message)) => return Assessment::Invalid { reason, message },
     };
     if let Some(message) = confinement::first_unresolved(&inference) {
         return Assessment::Invalid {
@@ -141,12 +154,12 @@ pub async fn assessment<K: Tenant>(
     {
         return Assessment::Outside(message);
     }
-    Assessment::Runnable(Runnable {
+    Assessment::Runnable(Box::new(Runnable {
         script,
         file_name,
         inference,
         resolved,
-    })
+    }))
 }
 
 /// Every permission running `cr` as `runnable` gives: what its script is granted, the
@@ -177,25 +190,75 @@ pub fn permissions<K: Tenant>(
     all
 }
 
-/// The kinds the script may name: built in, and whatever the cluster serves.
-async fn infer(
+/// The namespaces of [`WatchNamespace`], owned, to cross to a blocking thread.
+struct Watch {
+    replace: Option<String>,
+    default: Option<String>,
+}
+
+/// Lints the script against the hosted library and infers its RBAC, with the kinds
+/// built in and whatever the cluster serves, on a blocking thread under
+/// [`ANALYSIS_BUDGET`]: a large script never holds an async worker (where the
+/// webhook, the probes and every hosted controller's I/O run).
+///
+/// # Errors
+/// (reason, message): ScriptInvalid (lint or inference), ScriptTooComplex (budget).
+async fn analyse(
     ctx: &Context,
     spec: &StarlarkControllerSpec,
     file_name: &str,
     script: &str,
-    watch: WatchNamespace<'_>,
-) -> crate::rbac::Result<Inference> {
-    let vars = Vars::from_map(spec.vars.clone());
-    let run = |resources| {
-        let mut catalog = Catalog::builtin();
-        catalog.add_discovered(resources);
-        crate::rbac::infer_text(file_name, script, catalog, &vars, watch)
+    watch: Watch,
+) -> Result<Inference, (&'static str, String)> {
+    let watch = std::sync::Arc::new(watch);
+    let run = |resources: Vec<crate::k8s::discovery::Resource>, lint: bool| {
+        let (file_name, script, vars, watch) = (
+            file_name.to_owned(),
+            script.to_owned(),
+            Vars::from_map(spec.vars.clone()),
+            watch.clone(),
+        );
+        let work = tokio::task::spawn_blocking(move || {
+            if lint
+                && let Err(e) = crate::script::check::check_text(
+                    crate::library::hosted::library(),
+                    &file_name,
+                    &script,
+                )
+            {
+                return Err(("ScriptInvalid", e.to_string().trim_end().to_owned()));
+            }
+            let mut catalog = Catalog::builtin();
+            catalog.add_discovered(resources);
+            let watch = WatchNamespace {
+                replace: watch.replace.as_deref(),
+                default: watch.default.as_deref(),
+            };
+            crate::rbac::infer_text(&file_name, &script, catalog, &vars, watch)
+                .map_err(|e| ("ScriptInvalid", e.to_string()))
+        });
+        async move {
+            match tokio::time::timeout(ANALYSIS_BUDGET, work).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(join)) => Err((
+                    "ScriptInvalid",
+                    format!("analysing the script failed: {join}"),
+                )),
+                Err(_) => Err((
+                    "ScriptTooComplex",
+                    format!(
+                        "analysing the script took longer than {}s; simplify it",
+                        ANALYSIS_BUDGET.as_secs()
+                    ),
+                )),
+            }
+        }
     };
-    let first = run(ctx.discovery.all().await.unwrap_or_default())?;
+    let first = run(ctx.discovery.all().await.unwrap_or_default(), true).await?;
     if first.warnings.iter().any(|w| w.contains("--crd")) {
         // A CRD created since discovery was cached: look again once.
         ctx.discovery.invalidate();
-        return run(ctx.discovery.all().await.unwrap_or_default());
+        return run(ctx.discovery.all().await.unwrap_or_default(), false).await;
     }
     Ok(first)
 }

@@ -9,7 +9,11 @@ use serde_json::{Value as Json, json};
 use crate::rbac::Rules;
 
 /// The field manager of everything the operator writes.
-pub const MANAGER: &str = "kite-operator";
+/// The field manager of one resource's generated objects: one per owner, so that two
+/// resources never share the ownership of a field (`kite-operator/<uid>`).
+pub fn manager(uid: &str) -> String {
+    format!("kite-operator/{uid}")
+}
 /// Labels every generated object with the uid of its StarlarkController, so objects
 /// the cluster cannot garbage-collect (cluster roles, Roles in other namespaces) can be
 /// found and removed.
@@ -35,6 +39,23 @@ pub enum Error {
     Render(#[from] crate::artifacts::Error),
     #[error("applying {kind} {name}: {source}")]
     Apply {
+        kind: String,
+        name: String,
+        source: kube::Error,
+    },
+    /// The generated name is taken by an object that another resource (or nobody)
+    /// owns: the operator never writes over it.
+    #[error(
+        "{kind} {name} already exists and belongs to {holder}, not to this {owner_kind}; the operator does not write over it (delete or rename it if it is stale)"
+    )]
+    Conflict {
+        kind: String,
+        name: String,
+        holder: String,
+        owner_kind: String,
+    },
+    #[error("reading {kind} {name}: {source}")]
+    Read {
         kind: String,
         name: String,
         source: kube::Error,
@@ -140,9 +161,36 @@ pub async fn apply(
         let Some((ar, _)) = resource(&kind) else {
             continue;
         };
-        let params = PatchParams::apply(MANAGER).force();
-        api(client, &ar, ns.as_deref())
-            .patch(&name, &params, &Patch::Apply(&*obj))
+        let api = api(client, &ar, ns.as_deref());
+        // Never over another resource's identity: an object of this name that is not
+        // labelled as ours is someone else's (a collision, or a planted object).
+        match api.get_metadata_opt(&name).await {
+            Ok(Some(existing)) => {
+                let holder = existing
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(OWNER_LABEL))
+                    .cloned();
+                if holder.as_deref() != Some(owner.uid) {
+                    return Err(Error::Conflict {
+                        kind,
+                        name,
+                        holder: holder.map_or_else(
+                            || "nothing kite generated".to_owned(),
+                            |uid| format!("the resource with uid {uid}"),
+                        ),
+                        owner_kind: owner.kind.to_owned(),
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(source) => {
+                return Err(Error::Read { kind, name, source });
+            }
+        }
+        let params = PatchParams::apply(&manager(owner.uid)).force();
+        api.patch(&name, &params, &Patch::Apply(&*obj))
             .await
             .map_err(|source| Error::Apply {
                 kind: kind.clone(),

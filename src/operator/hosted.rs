@@ -11,7 +11,7 @@ use crate::control::request::ControlRequest;
 use crate::control::spec::ControlSpec;
 use crate::k8s::session::Session;
 use crate::k8s::session::SessionCell;
-use crate::library::library;
+use crate::library::hosted::library;
 use crate::operator::resource::ControlOverrides;
 use crate::script::host::{Host, Limits};
 use crate::script::permissions::Permissions;

@@ -103,26 +103,31 @@ pub fn error_policy<K: Tenant>(cr: Arc<K>, e: &Error, _ctx: Arc<Context>) -> Act
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The ServiceAccount generated for a controller resource: `starkite-<name>` for a
-/// StarlarkController, `starkite-cluster-<name>` for a ClusterStarlarkController (it
-/// lives in the operator's namespace beside others), shortened with a SHA-256 prefix
-/// when longer than a label (roles and bindings share the name).
-pub fn service_account_name(name: &str, cluster: bool) -> String {
-    let full = if cluster {
-        format!("starkite-cluster-{name}")
+/// The ServiceAccount generated for a controller resource (its roles and bindings share
+/// the name): `starkite-<name>-<uid>` for a StarlarkController, with `cluster-` before
+/// the name for a ClusterStarlarkController, where `<uid>` is the first 8 hex digits of
+/// the resource's uid and the name is shortened to keep the whole within 63 characters.
+///
+/// The uid makes the name the resource's own: no name, however chosen, of another
+/// resource (another StarlarkController, or a ClusterStarlarkController beside one in
+/// the operator's namespace) gives the same name, short of a 1 in 2^32 coincidence of
+/// the uids' random bits, which [`grants::apply`] refuses anyway (it never writes over
+/// an object another resource owns).
+pub fn service_account_name(name: &str, uid: &str, cluster: bool) -> String {
+    let tag: String = uid
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let prefix = if cluster {
+        "starkite-cluster-"
     } else {
-        format!("starkite-{name}")
+        "starkite-"
     };
-    if full.len() <= 63 {
-        return full;
-    }
-    let digest = ring::digest::digest(&ring::digest::SHA256, full.as_bytes());
-    let hash: String = digest.as_ref()[..4]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let short: String = full.chars().take(54).collect();
-    format!("{}-{hash}", short.trim_end_matches('-'))
+    let room = 63 - prefix.len() - 1 - tag.len();
+    let short: String = name.chars().take(room).collect();
+    format!("{prefix}{}-{tag}", short.trim_end_matches(['-', '.']))
 }
 
 async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
@@ -296,7 +301,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         file_name,
         inference,
         ..
-    } = runnable;
+    } = *runnable;
     let sa = if let Some(existing) = &spec.service_account_name {
         existing.clone()
     } else {
@@ -305,11 +310,20 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             name: name.clone(),
             namespace: cr.namespace(),
             uid: d.uid.clone(),
-            service_account: service_account_name(&name, !K::CONFINED),
+            service_account: service_account_name(&name, &d.uid, !K::CONFINED),
             home: home.clone(),
             rules: inference.rules.clone(),
         };
-        grant.restore(&ctx.client).await?;
+        match grant.restore(&ctx.client).await {
+            Ok(()) => {}
+            Err(e @ grants::Error::Conflict { .. }) => {
+                d.retry_later()
+                    .denied(valid(), "IdentityConflict", e.to_string())
+                    .await;
+                return Ok(Action::requeue(RECHECK));
+            }
+            Err(e) => return Err(e.into()),
+        }
         let sa = grant.service_account.clone();
         d.grants = Some(Arc::new(grant));
         sa
@@ -411,21 +425,44 @@ mod tests {
 
     #[test]
     fn service_account_names_fit_a_label() {
+        let uid = "0A1b2c3d-aaaa-bbbb-cccc-dddddddddddd";
         assert_eq!(
-            service_account_name("max-replicas", false),
-            "starkite-max-replicas"
+            service_account_name("max-replicas", uid, false),
+            "starkite-max-replicas-0a1b2c3d"
         );
         assert_eq!(
-            service_account_name("policy", true),
-            "starkite-cluster-policy"
+            service_account_name("policy", uid, true),
+            "starkite-cluster-policy-0a1b2c3d"
         );
-        let long = service_account_name(&"x".repeat(63), false);
+        let long = service_account_name(&"x".repeat(253), uid, false);
         assert!(long.len() <= 63, "{long}");
-        assert_ne!(long, service_account_name(&"x".repeat(62), false));
+        assert!(long.ends_with("-0a1b2c3d"), "{long}");
         assert_eq!(
             long,
-            service_account_name(&"x".repeat(63), false),
+            service_account_name(&"x".repeat(253), uid, false),
             "stable across runs and processes"
+        );
+    }
+
+    /// The collisions of issue 26: a StarlarkController named like another's shortened
+    /// name, and one named `cluster-X` beside ClusterStarlarkController `X`.
+    #[test]
+    fn names_of_two_resources_never_coincide() {
+        let (a, b) = (
+            "11111111-0000-4000-8000-000000000000",
+            "22222222-0000-4000-8000-000000000000",
+        );
+        let long = "y".repeat(80);
+        let victim = service_account_name(&long, a, false);
+        let shortened = victim.trim_start_matches("starkite-");
+        assert_ne!(victim, service_account_name(shortened, b, false));
+        assert_ne!(
+            service_account_name("x", a, true),
+            service_account_name("cluster-x", b, false)
+        );
+        assert_ne!(
+            service_account_name("x", a, false),
+            service_account_name("x", b, false)
         );
     }
 }

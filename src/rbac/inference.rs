@@ -204,6 +204,8 @@ fn infer_source(
         primary: None,
         namespace_override: watch.replace.map(str::to_owned),
         control_default: watch.default.map(str::to_owned),
+        seen_warnings: HashSet::new(),
+        seen_unresolved: HashSet::new(),
     };
     for file in &source.outside {
         a.out.warnings.push(format!(
@@ -327,6 +329,10 @@ struct Analyzer<'a> {
     namespace_override: Option<String>,
     /// The namespace `k8s.control()` watches when it names none (a StarlarkController's).
     control_default: Option<String>,
+    /// What `out.warnings` and `out.unresolved` hold, for de-duplication in constant
+    /// time: a script of many unresolved calls stays linear.
+    seen_warnings: HashSet<String>,
+    seen_unresolved: HashSet<String>,
 }
 
 impl<'a> Analyzer<'a> {
@@ -344,7 +350,7 @@ impl<'a> Analyzer<'a> {
 
     fn warn(&mut self, module: usize, expr: &AstExpr, message: String) {
         let w = format!("{}: {message}", self.position(module, expr));
-        if !self.out.warnings.contains(&w) {
+        if self.seen_warnings.insert(w.clone()) {
             self.out.warnings.push(w);
         }
     }
@@ -352,7 +358,7 @@ impl<'a> Analyzer<'a> {
     /// A warning about permissions that could not be inferred.
     fn unresolved(&mut self, module: usize, expr: &AstExpr, message: String) {
         let w = format!("{}: {message}", self.position(module, expr));
-        if !self.out.unresolved.contains(&w) {
+        if self.seen_unresolved.insert(w.clone()) {
             self.out.unresolved.push(w);
         }
         self.warn(module, expr, message);

@@ -1,6 +1,6 @@
 //! One RBAC permission the script needs, where it applies, and the lines that need it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 use serde_json::{Value as Json, json};
@@ -37,7 +37,7 @@ impl fmt::Display for Scope {
 }
 
 /// A place in a script that needs a permission, and why.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Site {
     /// `file:line:col`.
     pub position: String,
@@ -94,10 +94,25 @@ impl Rule {
 }
 
 /// A set of rules, merged so that each (scope, group, resource, names) appears once.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Adding is constant time (an index of the rules and of each rule's sites), so
+/// inference stays linear in the script however many calls it makes.
+#[derive(Clone, Debug, Default)]
 pub struct Rules {
     rules: Vec<Rule>,
+    /// The position in `rules` of each (scope, group, resource, names).
+    index: HashMap<(Scope, String, String, Vec<String>), usize>,
+    /// (rule position, site) pairs already recorded.
+    sites: HashSet<(usize, Site)>,
 }
+
+impl PartialEq for Rules {
+    fn eq(&self, other: &Self) -> bool {
+        self.rules == other.rules
+    }
+}
+
+impl Eq for Rules {}
 
 impl Rules {
     /// Adds `verbs` on `group`/`resource` in `scope`, needed at `site`.
@@ -110,15 +125,13 @@ impl Rules {
         resource_names: &[String],
         site: Site,
     ) {
-        let existing = self.rules.iter_mut().find(|r| {
-            r.group == group
-                && r.resource == resource
-                && r.scope == scope
-                && r.resource_names == resource_names
-        });
-        let rule = if let Some(r) = existing {
-            r
-        } else {
+        let key = (
+            scope.clone(),
+            group.to_owned(),
+            resource.to_owned(),
+            resource_names.to_vec(),
+        );
+        let at = *self.index.entry(key).or_insert_with(|| {
             self.rules.push(Rule {
                 group: group.to_owned(),
                 resource: resource.to_owned(),
@@ -127,10 +140,15 @@ impl Rules {
                 resource_names: resource_names.to_vec(),
                 sites: Vec::new(),
             });
-            self.rules.last_mut().expect("just pushed")
-        };
-        rule.verbs.extend(verbs.iter().map(|v| (*v).to_owned()));
-        if !rule.sites.contains(&site) {
+            self.rules.len() - 1
+        });
+        let rule = &mut self.rules[at];
+        for v in verbs {
+            if !rule.verbs.contains(*v) {
+                rule.verbs.insert((*v).to_owned());
+            }
+        }
+        if self.sites.insert((at, site.clone())) {
             rule.sites.push(site);
         }
     }

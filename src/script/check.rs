@@ -55,7 +55,16 @@ fn lint(library: &Library, ast: &starlark::syntax::AstModule) -> Result<String, 
         .collect();
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    // What this edition leaves out is named as such, not as an undefined name.
+    let mut withheld_at = HashSet::new();
+    for (span, problem) in super::lint::check_withheld(library, ast) {
+        withheld_at.insert(position(&span));
+        errors.push(format!("{}: {problem}", position(&span)));
+    }
     for lint in ast.lint(Some(&names)) {
+        if withheld_at.contains(&position(&lint.location)) {
+            continue;
+        }
         let line = format!(
             "{}: {} [{}]",
             position(&lint.location),

@@ -5,10 +5,11 @@
 //! theirs through a [`Builder`], and the top of the crate composes them
 //! (`crate::library`). So the host never names the layers that extend it.
 
-use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, OnceLock};
 
 use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
+use starlark::values::{Heap, Value};
 
 use super::builtins;
 use super::lint::Signature;
@@ -25,6 +26,17 @@ pub struct Library {
     globals: Globals,
     modules: Vec<(&'static str, ModuleFn)>,
     signatures: Vec<SignaturesFn>,
+    withheld: Option<Withheld>,
+}
+
+/// What a narrower library leaves out of a fuller one, so that `kite check` can say
+/// "not available in kite operator" instead of "undefined".
+#[derive(Clone, Copy)]
+pub struct Withheld {
+    /// The fuller library (`kite run`'s).
+    pub full: fn() -> &'static Library,
+    /// Where this library is used, for messages: "kite operator".
+    pub place: &'static str,
 }
 
 /// Composes a [`Library`]: the standard globals plus what each layer adds.
@@ -32,47 +44,155 @@ pub struct Builder {
     globals: GlobalsBuilder,
     modules: Vec<(&'static str, ModuleFn)>,
     signatures: Vec<SignaturesFn>,
+    withheld: Option<Withheld>,
+}
+
+/// A reviewed group of builtins a library is composed of. `kite run` gets them all; the
+/// operator's hosted scripts get only the ones its allowlist names
+/// (`crate::library::hosted`), so a builtin that is in no capability a hosted library
+/// names does not exist for hosted scripts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Capability {
+    /// The Starlark language's own functions, `struct`, `map`, `filter`, `partial`,
+    /// `debug` and `set`: pure.
+    Language,
+    /// `print`, `fmt` and its `printf`/`println`/`sprintf` globals: text to the run's
+    /// printer (a hosted controller's goes to the operator's log, tagged with it).
+    Print,
+    /// `json`, `base64`, `strings`, `uuid`, `regexp`, and the pure parts of `hash`,
+    /// `yaml` and `template`: computations on values.
+    Codecs,
+    /// `log`: records to the process's log (tagged with the controller when hosted).
+    Log,
+    /// `time` and `retry`: the clock, and waits that end with the call's time budget.
+    Time,
+    /// `var_str`, `var_int`, `var_bool`, `var_float`: the run's own variables.
+    Vars,
+    /// Files of this machine: `fs`, `hash.file`, `yaml.file`, `yaml.source`,
+    /// `template.file` (each also behind `--allow-fs`).
+    Files,
+    /// The process and its machine: `os` and its global aliases (behind `--allow-env`,
+    /// `--allow-exec`).
+    Os,
+    /// Outbound HTTP: `http` (behind `--allow-net`).
+    Http,
+    /// Upstream's modules kite leaves out, which fail saying so when used.
+    Unprovided,
+}
+
+impl Capability {
+    /// Every capability: what `kite run` composes.
+    pub const ALL: &[Capability] = &[
+        Capability::Language,
+        Capability::Print,
+        Capability::Codecs,
+        Capability::Log,
+        Capability::Time,
+        Capability::Vars,
+        Capability::Files,
+        Capability::Os,
+        Capability::Http,
+        Capability::Unprovided,
+    ];
 }
 
 impl Library {
-    /// A builder that starts from the standard globals: the Starlark standard library,
-    /// `print`, `struct`, `json`, `base64`, `strings`, `fmt` (and `printf`, `println`,
-    /// `sprintf`), `hash`, `uuid`, `yaml`, `regexp`, `log`, `template`, `http` (the client), `time`, `retry`, the `var_*` readers, and the
-    /// upstream modules kite leaves out (which fail saying so).
+    /// A builder that starts from every standard capability ([`Capability::ALL`]).
     pub fn builder() -> Builder {
-        let globals = GlobalsBuilder::extended_by(&[
-            LibraryExtension::StructType,
-            LibraryExtension::Print,
-            LibraryExtension::Map,
-            LibraryExtension::Filter,
-            LibraryExtension::Partial,
-            LibraryExtension::Debug,
-            LibraryExtension::SetType,
-        ])
-        .with_namespace("json", builtins::json::json_namespace)
-        .with_namespace("base64", builtins::base64::base64_namespace)
-        .with_namespace("strings", builtins::strings::strings_namespace)
-        .with_namespace("fmt", builtins::fmt::fmt_namespace)
-        .with_namespace("hash", builtins::hash::hash_namespace)
-        .with_namespace("uuid", builtins::uuid::uuid_namespace)
-        .with_namespace("yaml", builtins::yaml::yaml_namespace)
-        .with_namespace("regexp", builtins::regexp::regexp_namespace)
-        .with_namespace("log", builtins::log::log_namespace)
-        .with_namespace("os", builtins::os::os_namespace)
-        .with(builtins::os::os_globals)
-        .with_namespace("fs", builtins::fs::fs_namespace)
-        .with(builtins::fs::fs_globals)
-        .with_namespace("template", builtins::template::template_namespace)
-        .with_namespace("time", builtins::time::time_namespace)
-        .with_namespace("retry", builtins::retry::retry_namespace)
-        .with_namespace("http", builtins::http::http_namespace)
-        .with(builtins::fmt::fmt_globals)
-        .with(builtins::vars::var_builtins)
-        .with(builtins::unprovided::unprovided_modules);
+        Library::builder_of(Capability::ALL)
+    }
+
+    /// A builder that starts from the standard globals of `caps` only.
+    pub fn builder_of(caps: &[Capability]) -> Builder {
+        use builtins::{fmt, fs, hash, os, template, yaml};
+        let has = |c| caps.contains(&c);
+        let mut extensions = Vec::new();
+        if has(Capability::Language) {
+            extensions.extend([
+                LibraryExtension::StructType,
+                LibraryExtension::Map,
+                LibraryExtension::Filter,
+                LibraryExtension::Partial,
+                LibraryExtension::Debug,
+                LibraryExtension::SetType,
+            ]);
+        }
+        if has(Capability::Print) {
+            extensions.push(LibraryExtension::Print);
+        }
+        let mut globals = if has(Capability::Language) {
+            GlobalsBuilder::extended_by(&extensions)
+        } else {
+            let mut b = GlobalsBuilder::new();
+            for e in extensions {
+                e.add(&mut b);
+            }
+            b
+        };
+        if has(Capability::Codecs) {
+            let files = has(Capability::Files);
+            globals = globals
+                .with_namespace("json", builtins::json::json_namespace)
+                .with_namespace("base64", builtins::base64::base64_namespace)
+                .with_namespace("strings", builtins::strings::strings_namespace)
+                .with_namespace("hash", |b| {
+                    hash::hash_namespace(b);
+                    if files {
+                        hash::hash_files(b);
+                    }
+                })
+                .with_namespace("uuid", builtins::uuid::uuid_namespace)
+                .with_namespace("yaml", |b| {
+                    yaml::yaml_namespace(b);
+                    if files {
+                        yaml::yaml_files(b);
+                    }
+                })
+                .with_namespace("regexp", builtins::regexp::regexp_namespace)
+                .with_namespace("template", |b| {
+                    template::template_namespace(b);
+                    if files {
+                        template::template_files(b);
+                    }
+                });
+        }
+        if has(Capability::Print) {
+            globals = globals
+                .with_namespace("fmt", fmt::fmt_namespace)
+                .with(fmt::fmt_globals);
+        }
+        if has(Capability::Log) {
+            globals = globals.with_namespace("log", builtins::log::log_namespace);
+        }
+        if has(Capability::Time) {
+            globals = globals
+                .with_namespace("time", builtins::time::time_namespace)
+                .with_namespace("retry", builtins::retry::retry_namespace);
+        }
+        if has(Capability::Vars) {
+            globals = globals.with(builtins::vars::var_builtins);
+        }
+        if has(Capability::Os) {
+            globals = globals
+                .with_namespace("os", os::os_namespace)
+                .with(os::os_globals);
+        }
+        if has(Capability::Files) {
+            globals = globals
+                .with_namespace("fs", fs::fs_namespace)
+                .with(fs::fs_globals);
+        }
+        if has(Capability::Http) {
+            globals = globals.with_namespace("http", builtins::http::http_namespace);
+        }
+        if has(Capability::Unprovided) {
+            globals = globals.with(builtins::unprovided::unprovided_modules);
+        }
         Builder {
             globals,
             modules: Vec::new(),
             signatures: Vec::new(),
+            withheld: None,
         }
     }
 
@@ -97,6 +217,52 @@ impl Library {
         self.modules.iter().map(|(n, _)| *n).collect()
     }
 
+    /// What this library leaves out of a fuller one, if it is a narrower edition.
+    pub fn withheld(&self) -> Option<Withheld> {
+        self.withheld
+    }
+
+    /// The problem with `name` (a global, or a dotted path from one: `k8s.fake`) when
+    /// the fuller library has it and this one does not.
+    pub fn withheld_message(&self, name: &str) -> Option<String> {
+        let w = self.withheld?;
+        if self.reachable().contains(name) || !(w.full)().reachable().contains(name) {
+            return None;
+        }
+        Some(format!(
+            "{name} is not available in {}: its scripts reach only the allowlist of capabilities (see the README's security model)",
+            w.place
+        ))
+    }
+
+    /// Every global and every attribute reachable from one without calling anything
+    /// (namespaces, module values, methods), as dotted names: what a script can name.
+    /// Computed once per library.
+    pub fn reachable(&self) -> &BTreeSet<String> {
+        let cache = REACHABLE.get_or_init(Default::default);
+        let key = std::ptr::from_ref(self) as usize;
+        if let Some(found) = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+        {
+            return found;
+        }
+        let mut names = BTreeSet::new();
+        Heap::temp(|heap| {
+            for (name, value) in self.globals.iter() {
+                walk(heap, name, value.to_value(), 0, &mut names);
+            }
+        });
+        // Leaked once per library; libraries are statics, so there are at most a few.
+        let names: &'static BTreeSet<String> = Box::leak(Box::new(names));
+        cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, names);
+        names
+    }
+
     /// Adds the signatures the layers registered to `known`.
     pub fn add_signatures(&self, known: &mut BTreeMap<String, Signature>) {
         for add in &self.signatures {
@@ -105,7 +271,57 @@ impl Library {
     }
 }
 
+/// The reachable names of each library, by address (libraries live in statics).
+static REACHABLE: OnceLock<Mutex<HashMap<usize, &'static BTreeSet<String>>>> = OnceLock::new();
+
+/// Values whose attributes are names of their own (namespaces, module values, values
+/// with methods) are walked; functions and plain data are leaves.
+fn walk<'v>(
+    heap: Heap<'v>,
+    name: &str,
+    value: Value<'v>,
+    depth: usize,
+    out: &mut BTreeSet<String>,
+) {
+    out.insert(name.to_owned());
+    // Nothing kite offers nests deeper than k8s.obj.<builder>.
+    // Plain data has the language's own methods, not names of kite's.
+    if depth > 4
+        || matches!(
+            value.get_type(),
+            "function"
+                | "string"
+                | "int"
+                | "bool"
+                | "float"
+                | "NoneType"
+                | "list"
+                | "dict"
+                | "tuple"
+                | "set"
+        )
+    {
+        return;
+    }
+    for attr in value.dir_attr() {
+        let full = format!("{name}.{attr}");
+        match value.get_attr(&attr, heap) {
+            Ok(Some(v)) => walk(heap, &full, v, depth + 1, out),
+            _ => {
+                out.insert(full);
+            }
+        }
+    }
+}
+
 impl Builder {
+    /// Marks the library as a narrower edition of `withheld.full`.
+    #[must_use]
+    pub fn withheld(mut self, withheld: Withheld) -> Self {
+        self.withheld = Some(withheld);
+        self
+    }
+
     /// Adds globals.
     #[must_use]
     pub fn globals(mut self, add: impl FnOnce(&mut GlobalsBuilder)) -> Self {
@@ -132,6 +348,7 @@ impl Builder {
             globals: self.globals.build(),
             modules: self.modules,
             signatures: self.signatures,
+            withheld: self.withheld,
         }
     }
 }

@@ -157,6 +157,13 @@ pub fn check_calls(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)
             return;
         }
         let Some(sig) = known.get(&name) else {
+            // Named by `check_withheld` instead.
+            if library.withheld().is_some() && {
+                let parts: Vec<&str> = name.split('.').collect();
+                (1..=parts.len()).any(|i| library.withheld_message(&parts[..i].join(".")).is_some())
+            } {
+                return;
+            }
             if let Some(problem) = unknown_member(&known, &name) {
                 problems.push((ast.file_span(callee.span), problem));
             }
@@ -174,6 +181,36 @@ pub fn check_calls(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)
         }
         for problem in sig.check(&name, positional, &named) {
             problems.push((ast.file_span(expr.span), problem));
+        }
+    });
+    problems
+}
+
+/// Names the script uses that exist in the fuller library but not in this narrower
+/// edition (`os`, `k8s.fake` in a hosted script); each use once, at its start.
+pub fn check_withheld(library: &Library, ast: &AstModule) -> Vec<(FileSpan, String)> {
+    if library.withheld().is_none() {
+        return Vec::new();
+    }
+    let shadowed = bound_names(ast.statement());
+    let mut problems = Vec::new();
+    walk(Visit::Stmt(ast.statement()), &mut |expr: &AstExpr| {
+        if !matches!(expr.node, ExprP::Identifier(_) | ExprP::Dot(..)) {
+            return;
+        }
+        let Some(name) = dotted_name(expr) else {
+            return;
+        };
+        let parts: Vec<&str> = name.split('.').collect();
+        if shadowed.contains(parts[0]) {
+            return;
+        }
+        // The shortest withheld prefix: `k8s.testing`, not `k8s.testing.controller`.
+        for i in 1..=parts.len() {
+            if let Some(problem) = library.withheld_message(&parts[..i].join(".")) {
+                problems.push((ast.file_span(expr.span), problem));
+                return;
+            }
         }
     });
     problems

@@ -334,7 +334,10 @@ async fn an_author_cannot_make_the_operator_do_what_they_could_not() {
     kubectl_ok(&["delete", "cslc", &wide_name, "--timeout=30s"]).await;
 
     // The audit log: every request the generated account made, its author could make.
-    let sa = format!("system:serviceaccount:{ns_a}:starkite-ok");
+    let sa = format!(
+        "system:serviceaccount:{ns_a}:{}",
+        generated_name(ns_a, "ok").await
+    );
     let made = wait_for("the controller's requests in the audit log", T, || async {
         let made = requests_by(&sa);
         made.iter()

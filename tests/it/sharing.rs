@@ -53,7 +53,10 @@ async fn controllers_watching_the_same_kind_share_one_watch_until_the_last_goes(
         watched_as("kite-admin") >= 2,
         "the operator listed and watched"
     );
-    for sa in ["starkite-one", "starkite-two"] {
+    for sa in [
+        generated_name(ns, "one").await,
+        generated_name(ns, "two").await,
+    ] {
         assert_eq!(
             watched_as(&format!("system:serviceaccount:{ns}:{sa}")),
             0,

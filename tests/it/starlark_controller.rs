@@ -23,7 +23,8 @@ async fn max_replicas_is_ready_corrects_drift_and_reloads() {
     let s = wait_condition(ns, "max-replicas", "Ready", "True", Duration::from_secs(5)).await;
     assert_eq!(s["phase"], "Running");
     assert_eq!(s["watching"], "deployments");
-    assert_eq!(s["serviceAccount"], "starkite-max-replicas");
+    let sa = generated_name(ns, "max-replicas").await;
+    assert_eq!(s["serviceAccount"], sa.as_str());
     assert_eq!(s["observedGeneration"], 1);
     assert_eq!(condition(&s, "ScriptValid")["status"], "True");
     assert_eq!(condition(&s, "RBACReady")["status"], "True");
@@ -53,7 +54,7 @@ async fn max_replicas_is_ready_corrects_drift_and_reloads() {
     let roles = kubectl_ok(&["get", "roles", "-n", ns, "-o", "name"]).await;
     assert_eq!(
         roles.trim(),
-        "role.rbac.authorization.k8s.io/starkite-max-replicas"
+        &format!("role.rbac.authorization.k8s.io/{sa}")
     );
 
     // The seed's walkthrough: drift is corrected.
@@ -123,7 +124,14 @@ async fn an_invalid_script_is_reported_and_a_fix_makes_it_ready() {
         message.contains("broken.star:"),
         "names the place: {message}"
     );
-    let err = kubectl(&["get", "serviceaccount", "starkite-broken", "-n", ns]).await;
+    let err = kubectl(&[
+        "get",
+        "serviceaccount",
+        &generated_name(ns, "broken").await,
+        "-n",
+        ns,
+    ])
+    .await;
     assert!(
         !err.status.success(),
         "nothing is granted for an invalid script"
@@ -181,7 +189,14 @@ async fn rules_beyond_the_ceiling_start_nothing() {
     );
     assert!(message.contains(&ceiling.0), "names the ceiling: {message}");
     assert_eq!(condition(&s, "Ready")["status"], "False");
-    let sa = kubectl(&["get", "serviceaccount", "starkite-greedy", "-n", ns]).await;
+    let sa = kubectl(&[
+        "get",
+        "serviceaccount",
+        &generated_name(ns, "greedy").await,
+        "-n",
+        ns,
+    ])
+    .await;
     assert!(
         !sa.status.success(),
         "nothing is granted beyond the ceiling"
@@ -246,7 +261,8 @@ async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
     // The API server saw the ServiceAccount, not the operator. (The watch is the
     // operator's, shared, and entered only after a SubjectAccessReview for the
     // ServiceAccount: see sharing.rs.)
-    let user = format!("system:serviceaccount:{ns}:starkite-nosy");
+    let nosy = generated_name(ns, "nosy").await;
+    let user = format!("system:serviceaccount:{ns}:{nosy}");
     let seen = wait_for(
         "audit entries as the ServiceAccount",
         Duration::from_secs(15),
@@ -278,7 +294,7 @@ async fn a_hosted_script_acts_as_its_service_account_and_deletion_cleans_up() {
             &format!("the {kind} gone"),
             Duration::from_secs(30),
             || async {
-                !kubectl(&["get", kind, "starkite-nosy", "-n", ns])
+                !kubectl(&["get", kind, &nosy, "-n", ns])
                     .await
                     .status
                     .success()

@@ -79,10 +79,12 @@ async fn a_starlarkcontroller_is_confined_to_its_namespace() {
     // A script that names no namespace runs in the StarlarkController's own.
     apply_slc(ns, "home", json!({"script": MAX_REPLICAS})).await;
     let s = wait_condition(ns, "home", "Ready", "True", T).await;
-    assert_eq!(s["serviceAccount"], "starkite-home");
+    let home_sa = generated_name(ns, "home").await;
+    let home = home_sa.as_str();
+    assert_eq!(s["serviceAccount"], home);
     let roles = kubectl_ok(&["get", "roles", "-n", ns, "-o", "name"]).await;
     assert!(
-        roles.contains("role.rbac.authorization.k8s.io/starkite-home"),
+        roles.contains(&format!("role.rbac.authorization.k8s.io/{home}")),
         "{roles}"
     );
     let cluster_roles = kubectl_ok(&[
@@ -102,21 +104,11 @@ async fn a_starlarkcontroller_is_confined_to_its_namespace() {
     replicas_become(ns, "web", "3").await;
 
     // A generated Role someone deletes, or edits, is restored.
-    let rules = || async {
-        kubectl(&[
-            "get",
-            "role",
-            "starkite-home",
-            "-n",
-            ns,
-            "-o",
-            "jsonpath={.rules}",
-        ])
-        .await
-    };
+    let rules =
+        || async { kubectl(&["get", "role", home, "-n", ns, "-o", "jsonpath={.rules}"]).await };
     let granted = String::from_utf8_lossy(&rules().await.stdout).into_owned();
     assert!(granted.contains("deployments"), "{granted}");
-    kubectl_ok(&["delete", "role", "starkite-home", "-n", ns]).await;
+    kubectl_ok(&["delete", "role", home, "-n", ns]).await;
     wait_until(
         "the deleted Role restored",
         Duration::from_secs(60),
@@ -126,7 +118,7 @@ async fn a_starlarkcontroller_is_confined_to_its_namespace() {
     kubectl_ok(&[
         "patch",
         "role",
-        "starkite-home",
+        home,
         "-n",
         ns,
         "--type=json",
@@ -185,7 +177,8 @@ async fn a_cluster_starlark_controller_reaches_across_namespaces() {
         (condition(&s, "Ready")["status"] == "True").then_some(s)
     })
     .await;
-    let sa = format!("starkite-cluster-{name}");
+    let cslc_uid = kubectl_ok(&["get", "cslc", &name, "-o", "jsonpath={.metadata.uid}"]).await;
+    let sa = format!("starkite-cluster-{name}-{}", &cslc_uid[..8]);
     assert_eq!(s["serviceAccount"], sa.as_str());
     // Its identity lives in the operator's namespace, never a tenant's.
     kubectl_ok(&["get", "serviceaccount", &sa, "-n", &home.name]).await;

@@ -222,10 +222,23 @@ impl<'a> Analyzer<'a> {
                 );
             }
         }
+        // Syntax spans are nested or disjoint, so the outermost ones, sorted, answer
+        // "inside any?" by a binary search: linear in the script overall.
+        passed.sort_by_key(|&(m, span)| (m, span.begin(), std::cmp::Reverse(span.end())));
+        let mut outermost: Vec<(usize, starlark_syntax::codemap::Span)> = Vec::new();
+        for (m, span) in passed {
+            match outermost.last() {
+                Some(&(lm, last)) if lm == m && span.end() <= last.end() => {}
+                _ => outermost.push((m, span)),
+            }
+        }
         let inside = |m: usize, e: &AstExpr| {
-            passed.iter().any(|&(pm, span)| {
-                pm == m && span.begin() <= e.span.begin() && e.span.end() <= span.end()
-            })
+            let at =
+                outermost.partition_point(|&(pm, span)| (pm, span.begin()) <= (m, e.span.begin()));
+            at > 0 && {
+                let (pm, span) = outermost[at - 1];
+                pm == m && e.span.end() <= span.end()
+            }
         };
         let mut any = false;
         for (m, e) in bodies {

@@ -228,7 +228,12 @@ pub fn hash_namespace(builder: &mut GlobalsBuilder) {
             .collect::<anyhow::Result<Vec<u8>>>()?;
         Ok(Source(Input::Bytes(bytes)))
     }
+}
 
+/// `hash.file`: reads a file of this machine, so it is part of the files capability
+/// (`crate::script::library::Capability::Files`), never of a hosted script's library.
+#[starlark_module]
+pub fn hash_files(builder: &mut GlobalsBuilder) {
     /// A source to hash: the file at `path` (needs `--allow-fs`), read when a digest is
     /// asked for.
     fn file(

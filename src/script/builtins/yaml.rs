@@ -262,7 +262,12 @@ pub fn yaml_namespace(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<Value<'v>> {
         Ok(result(heap, decode_many(heap, "yaml.decode_all", text)))
     }
+}
 
+/// `yaml.file` (reads) and `yaml.source` (whose `write_file` writes): files of this
+/// machine, so the files capability, never a hosted script's library.
+#[starlark_module]
+pub fn yaml_files(builder: &mut GlobalsBuilder) {
     /// A YAML file to decode (needs `--allow-fs`; read when decoded).
     fn file(
         #[starlark(require = pos)] path: &str,

@@ -293,3 +293,11 @@ pub async fn generated_for(uid: &str) -> String {
     .await;
     out.trim().to_owned()
 }
+
+/// The ServiceAccount (and Role and RoleBinding) name the operator generates for
+/// StarlarkController `name` in `ns`: `starkite-<name>-<first 8 hex of its uid>`.
+pub async fn generated_name(ns: &str, name: &str) -> String {
+    let uid = crate::support::jsonpath("slc", name, ns, "{.metadata.uid}").await;
+    assert!(!uid.is_empty(), "StarlarkController {ns}/{name} has no uid");
+    format!("starkite-{name}-{}", &uid[..8])
+}

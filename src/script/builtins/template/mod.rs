@@ -215,16 +215,6 @@ pub fn template_namespace(builder: &mut GlobalsBuilder) {
         ))
     }
 
-    /// A template read from a file (needs `--allow-fs`).
-    fn file<'v>(
-        #[starlark(require = pos)] path: &str,
-        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Template> {
-        let text = or_fail(read_file(eval, "template.file", path))?;
-        or_fail(Template::parse("template.file", text, no_delims(delims)))
-    }
-
     /// A template from bytes (or a string).
     fn bytes<'v>(
         #[starlark(require = pos)] data: Value<'v>,
@@ -252,17 +242,6 @@ pub fn template_namespace(builder: &mut GlobalsBuilder) {
         Ok(alloc(heap, t))
     }
 
-    /// `file(...)` as a result.
-    fn try_file<'v>(
-        #[starlark(require = pos)] path: &str,
-        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let t = read_file(eval, "template.file", path)
-            .and_then(|text| Template::parse("template.file", text, no_delims(delims)));
-        Ok(alloc(eval.heap(), t))
-    }
-
     /// `bytes(...)` as a result.
     fn try_bytes<'v>(
         #[starlark(require = pos)] data: Value<'v>,
@@ -284,5 +263,31 @@ pub fn template_namespace(builder: &mut GlobalsBuilder) {
             heap,
             render_once(template_str, data).map(|s| heap.alloc(s)),
         ))
+    }
+}
+
+/// `template.file` and `template.try_file`: they read files of this machine, so they
+/// belong to the files capability, never to a hosted script's library.
+#[starlark_module]
+pub fn template_files(builder: &mut GlobalsBuilder) {
+    /// A template read from a file (needs `--allow-fs`).
+    fn file<'v>(
+        #[starlark(require = pos)] path: &str,
+        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Template> {
+        let text = or_fail(read_file(eval, "template.file", path))?;
+        or_fail(Template::parse("template.file", text, no_delims(delims)))
+    }
+
+    /// `file(...)` as a result.
+    fn try_file<'v>(
+        #[starlark(require = pos)] path: &str,
+        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let t = read_file(eval, "template.file", path)
+            .and_then(|text| Template::parse("template.file", text, no_delims(delims)));
+        Ok(alloc(eval.heap(), t))
     }
 }
