@@ -56,6 +56,88 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once; the next ones wait in the accept queue. Far above what
 /// probes and scrapes need, and each idle one goes after [`READ_TIMEOUT`].
 const MAX_CONNECTIONS: usize = 1024;
+/// Connections one peer address may hold at once on a webhook port: one client (a pod
+/// sending slow requests) cannot take every slot from the API server. The probe
+/// server has no such cap: its callers are the kubelet and a scraper.
+pub const MAX_PER_PEER: usize = 128;
+/// A request's body must arrive within this once its head has.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads a request body of at most `max` bytes within [`BODY_TIMEOUT`].
+///
+/// # Errors
+/// The response to send instead: 413 past `max`, 408 when the body is too slow, 400
+/// when the connection broke.
+pub async fn read_body(
+    body: Incoming,
+    max: usize,
+) -> std::result::Result<Bytes, Response<Full<Bytes>>> {
+    read_body_within(body, max, BODY_TIMEOUT).await
+}
+
+async fn read_body_within(
+    body: Incoming,
+    max: usize,
+    within: Duration,
+) -> std::result::Result<Bytes, Response<Full<Bytes>>> {
+    use http_body_util::{BodyExt, Limited};
+    match tokio::time::timeout(within, Limited::new(body, max).collect()).await {
+        Err(_) => Err(text(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {}ms\n",
+                within.as_millis()
+            ),
+        )),
+        Ok(Err(e)) => Err(text(StatusCode::BAD_REQUEST, format!("{e}\n"))),
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+    }
+}
+
+/// Counts each peer address's open connections.
+#[derive(Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection of a peer, counted until dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: std::net::IpAddr,
+}
+
+impl Peers {
+    /// A slot for `ip`, unless it holds [`MAX_PER_PEER`] already.
+    fn enter(self: &Arc<Self>, ip: std::net::IpAddr, cap: usize) -> Option<PeerSlot> {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(ip).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut map = self
+            .peers
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// Binds now (so a port conflict is reported at start-up) and returns the bound address
 /// and a future that serves until `shutdown` resolves.
@@ -96,7 +178,15 @@ async fn serve(
         async move { respond(req.method(), req.uri().path(), &*probe) }
     };
     let plain = |tcp: TcpStream| async move { Some(tcp) };
-    connections(listener, shutdown, read_timeout, plain, handler).await;
+    connections(
+        listener,
+        shutdown,
+        read_timeout,
+        MAX_CONNECTIONS,
+        plain,
+        handler,
+    )
+    .await;
 }
 
 /// Serves HTTP/1.1 on each connection `listener` accepts until `shutdown`: `open` turns
@@ -106,6 +196,7 @@ pub async fn connections<O, OF, IO, H, HF>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
     read_timeout: Duration,
+    per_peer: usize,
     open: O,
     handler: H,
 ) where
@@ -116,15 +207,16 @@ pub async fn connections<O, OF, IO, H, HF>(
     HF: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let peers = Arc::new(Peers::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a connection");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -132,10 +224,16 @@ pub async fn connections<O, OF, IO, H, HF>(
                 }
             },
         };
+        let Some(peer_slot) = peers.enter(peer.ip(), per_peer) else {
+            tracing::debug!(%peer, "refusing a connection: the peer holds {per_peer} already");
+            drop(tcp);
+            continue;
+        };
         let opening = open(tcp);
         let handler = handler.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _peer_slot = peer_slot;
             let Some(io) = opening.await else {
                 return;
             };
@@ -335,6 +433,100 @@ mod tests {
             );
         }
         drop(idle);
+    }
+
+    /// One peer that holds its share of a webhook port's connections is refused more;
+    /// another peer is still served.
+    #[tokio::test]
+    async fn a_peer_holds_no_more_than_its_share() {
+        let (listener, addr) = listen(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let handler = |_req: Request<Incoming>| async { text(StatusCode::OK, "ok") };
+        let plain = |tcp: TcpStream| async move { Some(tcp) };
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(connections(
+            listener,
+            async move {
+                let _ = stopped.await;
+            },
+            Duration::from_secs(30),
+            4,
+            plain,
+            handler,
+        ));
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+            held.push(s);
+        }
+        // Held connections are counted once accepted: wait until the fifth is refused.
+        let refused = async {
+            loop {
+                let mut s = TcpStream::connect(addr).await.unwrap();
+                let _ = s.write_all(get("/").as_bytes()).await;
+                let mut out = Vec::new();
+                let _ = s.read_to_end(&mut out).await;
+                if out.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        timeout(Duration::from_secs(5), refused)
+            .await
+            .expect("a fifth connection of the same peer is closed unanswered");
+        let other = tokio::net::TcpSocket::new_v4().unwrap();
+        other.bind(SocketAddr::from(([127, 0, 0, 2], 0))).unwrap();
+        let mut other = other.connect(addr).await.unwrap();
+        other.write_all(get("/").as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        timeout(Duration::from_secs(5), other.read_to_end(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200 OK"),
+            "another peer is served"
+        );
+        drop(held);
+    }
+
+    /// A body that trickles in is answered 408 once its time is up.
+    #[tokio::test]
+    async fn slow_bodies_time_out() {
+        let (listener, addr) = listen(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let handler = |req: Request<Incoming>| async move {
+            match read_body_within(req.into_body(), 1024, Duration::from_millis(200)).await {
+                Ok(b) => text(StatusCode::OK, format!("{} bytes", b.len())),
+                Err(refused) => refused,
+            }
+        };
+        let plain = |tcp: TcpStream| async move { Some(tcp) };
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(connections(
+            listener,
+            async move {
+                let _ = stopped.await;
+            },
+            Duration::from_secs(30),
+            4,
+            plain,
+            handler,
+        ));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nab")
+            .await
+            .unwrap();
+        let mut out = vec![0; 256];
+        let n = timeout(Duration::from_secs(5), s.read(&mut out))
+            .await
+            .expect("answered while the body is still missing")
+            .unwrap();
+        let reply = String::from_utf8_lossy(&out[..n]).into_owned();
+        assert!(reply.starts_with("HTTP/1.1 408 "), "{reply}");
+        // A whole body is read.
+        let reply = exchange(addr, "POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc").await;
+        assert!(reply.ends_with("3 bytes"), "{reply}");
     }
 
     #[tokio::test]

@@ -58,8 +58,12 @@ async fn review<K: Tenant>(
         .old_object
         .as_ref()
         .and_then(|o| serde_json::from_value::<K>(serde_json::to_value(o).ok()?).ok());
+    // The spec is unchanged: a change of labels, other metadata or the approval itself.
+    let metadata_only = old
+        .as_ref()
+        .is_some_and(|old| spec_json(old) == spec_json(&cr));
     if let Some(old) = &old
-        && spec_json(old) == spec_json(&cr)
+        && metadata_only
         && approval_of(old) == approval_of(&cr)
         && old.labels() == cr.labels()
     {
@@ -78,32 +82,51 @@ async fn review<K: Tenant>(
     {
         return allow.deny(format!("{} {}: {message}", K::KIND, cr.display()));
     }
-    // A script that cannot run is approved as it is: nothing is granted for it, and its
-    // status says why. What can run is checked against its author.
-    if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script).await {
-        let wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
-        match first_denied(&ctx.client, &author, &wanted).await {
-            Ok(None) => {}
-            Ok(Some(message)) => {
-                return allow.deny(format!(
-                    "{} {}: {message}; a {} may not do more than its author could",
-                    K::KIND,
-                    cr.display(),
-                    K::KIND
-                ));
+    // Whatever the script is (even one that cannot run, whose status would quote it),
+    // naming a ConfigMap needs the right to read it. What can run is checked against
+    // its author too.
+    let mut wanted = assessment::script_permissions(&cr, &ctx.operator_namespace);
+    if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script.clone()).await {
+        wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
+    }
+    match first_denied(&ctx.client, &author, &wanted).await {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            // Someone who could not have written this controller relabels it (or asks
+            // for a review): the earlier author's approval stays, not theirs.
+            if metadata_only && let Some(kept) = old.as_ref().and_then(approval_of) {
+                if approval_of(&cr) == Some(kept) {
+                    return allow;
+                }
+                let patch = stamp_patch(cr.meta().annotations.is_some(), kept.clone());
+                return allow
+                    .clone()
+                    .with_patch(patch)
+                    .unwrap_or_else(|e| allow.deny(format!("encoding the approval: {e}")));
             }
-            Err(e) => return allow.deny(format!("could not check the author's permissions: {e}")),
+            return allow.deny(format!(
+                "{} {}: {message}; a {} may not do more than its author could",
+                K::KIND,
+                cr.display(),
+                K::KIND
+            ));
         }
+        Err(e) => return allow.deny(format!("could not check the author's permissions: {e}")),
     }
     let namespace = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
-    let spec = spec_json(&cr);
+    let spec_value = spec_json(&cr);
     let stamp = ctx.approval.sign(
         approval::Subject {
             kind: K::KIND,
             namespace: &namespace,
             name: &name,
-            spec: &spec,
+            spec: &spec_value,
+            script_from: spec
+                .script_from
+                .as_ref()
+                .and_then(|_| script.as_ref().ok())
+                .map(String::as_str),
         },
         &author,
     );

@@ -55,6 +55,10 @@ pub struct Subject<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub spec: &'a Json,
+    /// The script a `spec.scriptFrom` names, as read when approved: its content is
+    /// pinned (by SHA-256), so a changed ConfigMap runs only once approved again.
+    /// None for an inline script (the spec holds it) or a ConfigMap that was missing.
+    pub script_from: Option<&'a str>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -106,13 +110,18 @@ fn b64() -> base64::engine::GeneralPurpose {
 
 /// The signed bytes: canonical JSON (objects with sorted keys) of everything approved.
 fn message(subject: Subject<'_>, author: &Author) -> Vec<u8> {
-    let doc = json!({
+    let mut doc = json!({
         "kind": subject.kind,
         "namespace": subject.namespace,
         "name": subject.name,
         "spec": subject.spec,
         "author": author,
     });
+    if let Some(script) = subject.script_from {
+        let digest = ring::digest::digest(&ring::digest::SHA256, script.as_bytes());
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        doc["script_sha256"] = json!(hex);
+    }
     let mut out = Vec::new();
     canonical(&doc, &mut out);
     out
@@ -172,6 +181,7 @@ mod tests {
             namespace: "team-a",
             name: "c",
             spec: &spec,
+            script_from: None,
         };
         let stamp = key.sign(subject, &author("alice"));
         assert_eq!(key.verify(subject, Some(&stamp)).unwrap(), author("alice"));
@@ -194,6 +204,7 @@ mod tests {
             namespace: "team-a",
             name: "c",
             spec: &spec,
+            script_from: None,
         };
         let stamp = key.sign(subject, &author("alice"));
         assert_eq!(key.verify(subject, None), Err(Error::Find));
@@ -219,6 +230,10 @@ mod tests {
                 kind: "ClusterStarlarkController",
                 ..subject
             },
+            Subject {
+                script_from: Some("x"),
+                ..subject
+            },
         ] {
             assert_eq!(key.verify(changed, Some(&stamp)), Err(Error::Verify));
         }
@@ -227,6 +242,18 @@ mod tests {
         forged.author = author("admin");
         let forged = b64().encode(serde_json::to_vec(&forged).unwrap());
         assert_eq!(key.verify(subject, Some(&forged)), Err(Error::Verify));
+        // A ConfigMap's content is pinned: changed content needs a new approval.
+        let from = Subject {
+            script_from: Some("k8s.control('pods')"),
+            ..subject
+        };
+        let pinned = key.sign(from, &author("alice"));
+        assert!(key.verify(from, Some(&pinned)).is_ok());
+        let changed = Subject {
+            script_from: Some("k8s.control('secrets')"),
+            ..subject
+        };
+        assert_eq!(key.verify(changed, Some(&pinned)), Err(Error::Verify));
         // Another operator's key.
         assert_eq!(
             Key::new(b"other").verify(subject, Some(&stamp)),

@@ -176,6 +176,16 @@ pub fn permissions<K: Tenant>(
     if let Some(sa) = &spec.service_account_name {
         all.push(authority::impersonation(&home, sa));
     }
+    all.extend(script_permissions(cr, operator_namespace));
+    all
+}
+
+/// What naming the script needs, whatever the script holds: reading the ConfigMap a
+/// `spec.scriptFrom` names.
+pub fn script_permissions<K: Tenant>(cr: &K, operator_namespace: &str) -> Vec<Permission> {
+    let spec = cr.common_spec();
+    let home = cr.home(operator_namespace);
+    let mut all = Vec::new();
     if let Some(from) = &spec.script_from {
         all.push(Permission {
             verb: "get".into(),

@@ -220,6 +220,45 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         .as_ref()
         .map(|f| (home.clone(), f.config_map_key_ref.name.clone()));
 
+    // Only what the operator's webhook approved runs, and only as far as its author
+    // could go themselves. Checked before the script is looked at, so that nothing of
+    // an unapproved script (a ConfigMap its author may not read) reaches the status.
+    let spec_json = serde_json::to_value(&spec).unwrap_or_default();
+    let namespace = cr.namespace().unwrap_or_default();
+    let subject = approval::Subject {
+        kind: K::KIND,
+        namespace: &namespace,
+        name: &name,
+        spec: &spec_json,
+        script_from: spec
+            .script_from
+            .as_ref()
+            .and_then(|_| script.as_ref().ok())
+            .map(String::as_str),
+    };
+    let author = match ctx.approval.verify(subject, approval.as_deref()) {
+        Ok(author) => author,
+        Err(e) => {
+            let resource = match cr.namespace() {
+                Some(ns) => format!("{} {name} -n {ns}", K::KIND.to_lowercase()),
+                None => format!("{} {name}", K::KIND.to_lowercase()),
+            };
+            let pinned = match &spec.script_from {
+                Some(from) => format!(
+                    " (or ConfigMap {home}/{} changed since it was approved: its content is pinned)",
+                    from.config_map_key_ref.name
+                ),
+                None => String::new(),
+            };
+            let message = format!(
+                "{e}{pinned}; to have it reviewed, change it through the API server with the webhook in place, \
+                 e.g. kubectl annotate {resource} {}=review --overwrite",
+                approval::ANNOTATION
+            );
+            d.denied(valid(), "NotApproved", message).await;
+            return Ok(Action::await_change());
+        }
+    };
     let runnable = match assessment(ctx, cr, script).await {
         Assessment::Suspended => {
             d.outcome.phase = Phase::Suspended;
@@ -254,32 +293,6 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             .await;
         return Ok(Action::requeue(RETRY));
     }
-    // Only what the operator's webhook approved runs, and only as far as its author
-    // could go themselves.
-    let spec_json = serde_json::to_value(&spec).unwrap_or_default();
-    let namespace = cr.namespace().unwrap_or_default();
-    let subject = approval::Subject {
-        kind: K::KIND,
-        namespace: &namespace,
-        name: &name,
-        spec: &spec_json,
-    };
-    let author = match ctx.approval.verify(subject, approval.as_deref()) {
-        Ok(author) => author,
-        Err(e) => {
-            let resource = match cr.namespace() {
-                Some(ns) => format!("{} {name} -n {ns}", K::KIND.to_lowercase()),
-                None => format!("{} {name}", K::KIND.to_lowercase()),
-            };
-            let message = format!(
-                "{e}; to have it reviewed, change it through the API server with the webhook in place, \
-                 e.g. kubectl annotate {resource} {}=review --overwrite",
-                approval::ANNOTATION
-            );
-            d.denied(valid(), "NotApproved", message).await;
-            return Ok(Action::await_change());
-        }
-    };
     let permissions = assessment::permissions(cr, &runnable, &ctx.operator_namespace);
     match first_denied(&ctx.client, &author, &permissions).await {
         Ok(None) => {}

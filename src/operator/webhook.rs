@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use kube::core::DynamicObject;
@@ -118,8 +118,14 @@ pub async fn webhook(
         let ctx = ctx.clone();
         async move { handle(&ctx, req).await }
     };
-    let serve =
-        crate::http::connections(listener, shutdown, Duration::from_secs(30), open, handler);
+    let serve = crate::http::connections(
+        listener,
+        shutdown,
+        Duration::from_secs(30),
+        crate::http::MAX_PER_PEER,
+        open,
+        handler,
+    );
     Ok((bound, serve))
 }
 
@@ -127,9 +133,9 @@ async fn handle(ctx: &Context, req: Request<Incoming>) -> Response<Full<Bytes>> 
     if req.method() != Method::POST || req.uri().path() != PATH {
         return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"));
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return reply(StatusCode::BAD_REQUEST, Bytes::from(format!("{e}\n"))),
+    let body = match crate::http::read_body(req.into_body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&body) {
         Ok(r) => r,

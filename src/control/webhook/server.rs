@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -131,8 +131,14 @@ pub async fn bind(
         let webhook = webhook.clone();
         async move { handle(webhook, req).await }
     };
-    let serve =
-        crate::http::connections(listener, shutdown, crate::http::READ_TIMEOUT, open, handler);
+    let serve = crate::http::connections(
+        listener,
+        shutdown,
+        crate::http::READ_TIMEOUT,
+        crate::http::MAX_PER_PEER,
+        open,
+        handler,
+    );
     Ok((bound, serve))
 }
 
@@ -176,9 +182,9 @@ async fn admit(webhook: Arc<Webhook>, req: Request<Incoming>) -> Response<Full<B
             format!("length limit exceeded: the body is {len} bytes, more than {MAX_BODY}\n"),
         );
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return crate::http::text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    let body = match crate::http::read_body(req.into_body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     let review = serde_json::from_slice(&body).and_then(|mut v: serde_json::Value| {
         complete(&mut v);
