@@ -265,6 +265,15 @@ fn method_names() -> &'static [String] {
     })
 }
 
+/// Every function of `kite run`'s client, `control`, `webhook` and `fake` included
+/// (for the inference coverage test; the layers above add those three).
+#[cfg(test)]
+pub fn all_method_names() -> Vec<String> {
+    let mut names = method_names().to_vec();
+    names.extend(["control", "webhook", "fake"].map(str::to_owned));
+    names
+}
+
 /// Registers the predeclared `k8s` global, a client of edition `E`.
 pub fn register<E: Edition>(builder: &mut GlobalsBuilder) {
     builder.set("k8s", K8sClient::<E>::module());

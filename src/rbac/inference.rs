@@ -224,6 +224,7 @@ fn infer_source(
     }
     a.webhook();
     a.scan_calls(&handler_names);
+    a.hidden_calls();
     if let Some((module, call)) = control {
         a.children(module, call);
     }
@@ -358,10 +359,17 @@ impl<'a> Analyzer<'a> {
     /// A warning about permissions that could not be inferred.
     fn unresolved(&mut self, module: usize, expr: &AstExpr, message: String) {
         let w = format!("{}: {message}", self.position(module, expr));
+        self.push_unresolved(w);
+    }
+
+    /// An unresolved warning, already placed (`file:line:col: message`).
+    fn push_unresolved(&mut self, w: String) {
         if self.seen_unresolved.insert(w.clone()) {
-            self.out.unresolved.push(w);
+            self.out.unresolved.push(w.clone());
         }
-        self.warn(module, expr, message);
+        if self.seen_warnings.insert(w.clone()) {
+            self.out.warnings.push(w);
+        }
     }
 
     /// Every expression of every module, with its module.
@@ -648,6 +656,8 @@ fn object_param(def: &DefP<AstNoPayload>) -> Option<String> {
 
 mod calls;
 mod control;
+pub mod coverage;
+mod hidden;
 mod pod_io;
 mod webhook;
 mod workload;

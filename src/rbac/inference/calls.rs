@@ -9,8 +9,11 @@ use super::{Analyzer, Args, BUILDERS, Frame, Ns, object_param, source};
 use crate::k8s::discovery::Resource;
 use crate::rbac::source::{dotted, literal_str, local_assignments};
 
+/// The methods that write the object they are given.
+pub(super) const OBJECT_WRITES: &[&str] = &["create", "apply", "status", "event"];
+
 /// The verbs kite's client sends for each `k8s` method that takes a kind.
-fn kind_verbs(method: &str) -> Option<&'static [&'static str]> {
+pub(super) fn kind_verbs(method: &str) -> Option<&'static [&'static str]> {
     Some(match method {
         "get" | "wait_for" => &["get"],
         "list" => &["list"],
@@ -126,7 +129,20 @@ impl<'a> Analyzer<'a> {
                     .add("", "events", &["create", "get", "patch"], scope, &[], site);
                 return;
             }
-            _ => return,
+            _ => {
+                // Every function is covered somewhere (coverage.rs); one that is not
+                // must not pass as needing nothing.
+                if super::coverage::coverage(&method).is_none() {
+                    self.unresolved(
+                        module,
+                        expr,
+                        format!(
+                            "{name}(): kite does not know which permissions this function needs"
+                        ),
+                    );
+                }
+                return;
+            }
         };
         let Some(obj) = args.arg(0, "manifest").or_else(|| args.arg(0, "obj")) else {
             return;

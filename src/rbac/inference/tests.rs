@@ -448,3 +448,38 @@ fn webhook_facts_come_from_the_call_and_the_controller() {
         Some(("apps".to_owned(), "deployments".to_owned()))
     );
 }
+
+/// Issue 26: every way of hiding a call from inference is unresolved, at its line, and
+/// the plain forms are not.
+#[test]
+fn hidden_calls_are_unresolved_where_they_are() {
+    let inf = infer_one(
+        "load(\"k8s\", kube = \"k8s\")\nf = k8s.patch\ndef reconcile(d):\n    getattr(k8s, \"delete\")(\"secret\", \"x\")\n    k8s.config(namespace = \"o\").list(\"secrets\")\n    helper(k8s)\n    c = k8s.config(namespace = \"o\")\n    c.get(\"configmaps\", \"y\")\n    d2 = c.config(namespace = \"p\")\n    k8s.obj.config_map(name = \"x\")\n    ctl = k8s.control\nk8s.control(\"deployments\", reconcile = reconcile)\n",
+    );
+    let at: Vec<&str> = inf
+        .unresolved
+        .iter()
+        .map(|w| w.split(": ").next().unwrap_or_default())
+        .collect();
+    for want in [
+        "c.star:1:13",  // load as kube
+        "c.star:2:5",   // f = k8s.patch
+        "c.star:4:13",  // getattr(k8s, ...)
+        "c.star:5:5",   // unassigned client
+        "c.star:6:12",  // helper(k8s)
+        "c.star:9:10",  // c.config(...)
+        "c.star:11:11", // ctl = k8s.control
+    ] {
+        assert!(
+            at.iter().any(|a| a.ends_with(want)),
+            "{want} not unresolved: {:#?}",
+            inf.unresolved
+        );
+    }
+    assert_eq!(at.len(), 7, "{:#?}", inf.unresolved);
+    // The direct forms need nothing more.
+    let plain = infer_one(
+        "c = k8s.config(namespace = \"o\")\ndef reconcile(d):\n    k8s.patch(\"deployment\", \"x\", {})\n    c.get(\"configmaps\", \"y\")\n    k8s.try_get(\"secret\", \"s\")\n    k8s.obj.config_map(name = \"x\")\nk8s.control(\"deployments\", reconcile = reconcile)\n",
+    );
+    assert!(plain.unresolved.is_empty(), "{:#?}", plain.unresolved);
+}
