@@ -10,7 +10,9 @@
 //! - `k8s`: the `k8s` Starlark module: sessions, kind resolution (discovery), the
 //!   cluster operations, events, waits, watches, and the `k8s.obj` builders.
 //! - `library`: the one place that composes the host's globals with `k8s` and
-//!   `k8s.control`; `script` itself never names the layers above it.
+//!   `k8s.control`, once per edition: `kite run`'s (everything) and, in
+//!   `library::hosted`, the operator's allowlist of capabilities for untrusted scripts
+//!   (`docs/design/allowlist.md`); `script` itself never names the layers above it.
 //! - `control`: the `k8s.control()` runtime: spec parsing, informers, event routing,
 //!   the work queue, workers and handlers, echo suppression, finalizers, secondary
 //!   watches, leader election, metrics, the standalone `kite run` controller mode, and

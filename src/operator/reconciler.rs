@@ -170,16 +170,27 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         h.finish()
     };
     let previous = ctx.registry.fingerprint(&key);
-    if previous == Some(fingerprint) {
+    // An object of the identity's name that now belongs to another resource: decide
+    // again, which reports the conflict and stops the controller.
+    let mut conflict = false;
+    if previous == Some(fingerprint)
+        && let Some(grant) = ctx.registry.take_changed_grants(&key)
+    {
         // Nothing new to decide; but someone may have deleted or edited what was
-        // granted, or the author may have lost a permission.
-        if let Some(grant) = ctx.registry.take_changed_grants(&key) {
-            if let Err(e) = grant.restore(&ctx.client).await {
+        // granted.
+        match grant.restore(&ctx.client).await {
+            Ok(()) => {
+                tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
+            }
+            Err(grants::Error::Conflict { .. }) => conflict = true,
+            Err(e) => {
                 ctx.registry.grants_changed(&grant.uid);
                 return Err(e.into());
             }
-            tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
         }
+    }
+    if previous == Some(fingerprint) && !conflict {
+        // The author may have lost a permission.
         let Some(authority) = ctx.registry.authority_due(&key, RECHECK) else {
             return Ok(Action::requeue(RECHECK));
         };

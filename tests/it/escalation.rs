@@ -21,23 +21,6 @@ const WIDE_CEILING: &str = r#"[
   {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
 ]"#;
 
-/// `kubectl apply` of `obj` as `user`; the output.
-async fn apply_as(user: &str, obj: &Json) -> std::process::Output {
-    kubectl_stdin(
-        &[
-            "apply",
-            "--as",
-            user,
-            "--as-group",
-            "kite:authors",
-            "-f",
-            "-",
-        ],
-        &obj.to_string(),
-    )
-    .await
-}
-
 /// `kubectl apply` of `obj` with the kite-unprivileged user's own token.
 async fn apply_as_b(obj: &Json) -> std::process::Output {
     let kubeconfig = unprivileged_kubeconfig();
@@ -65,34 +48,6 @@ fn cslc(name: &str, label: &str, spec: Json) -> Json {
         "metadata": {"name": name, "labels": {"starkite.io/test": label}},
         "spec": spec,
     })
-}
-
-/// Asserts that the request was refused with a message containing each of `needles`.
-fn refused(out: &std::process::Output, needles: &[&str]) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "expected a refusal, got: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{n:?} not in: {err}");
-    }
-    err
-}
-
-/// A Role in `ns` bound to `user`.
-async fn grant(ns: &str, user: &str, name: &str, rules: Json) {
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": name, "namespace": ns}, "rules": rules});
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
-    for obj in [role, binding] {
-        let out = kubectl_stdin(&["apply", "-f", "-"], &obj.to_string()).await;
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 }
 
 #[tokio::test]

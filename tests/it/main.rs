@@ -26,6 +26,7 @@ mod operator;
 mod operator_scale;
 mod parity;
 mod run;
+mod security;
 mod shards;
 mod sharing;
 mod standard;

@@ -406,7 +406,7 @@ async fn with_two_operators_exactly_one_leads() {
 }
 
 #[tokio::test]
-async fn a_script_from_a_configmap_reloads_when_it_changes() {
+async fn a_script_from_a_configmap_reloads_when_it_changes_and_is_approved_again() {
     install_starlarkcontroller_crd().await;
     let ns = TestNamespace::new("slc-cm").await;
     let ns = ns.name.as_str();
@@ -451,6 +451,19 @@ async fn a_script_from_a_configmap_reloads_when_it_changes() {
 
     let out = kubectl_stdin(&["apply", "-f", "-"], &source("v2")).await;
     assert!(out.status.success());
+    // The approval pinned v1: v2 waits for a review (issue 26).
+    let s = wait_condition(ns, "logger", "RBACReady", "False", Duration::from_secs(10)).await;
+    assert_eq!(condition(&s, "RBACReady")["reason"], "NotApproved", "{s}");
+    kubectl_ok(&[
+        "annotate",
+        "slc",
+        "logger",
+        "-n",
+        ns,
+        "starkite.io/approval=review",
+        "--overwrite",
+    ])
+    .await;
     op.kite
         .wait_stdout("v2 probe", Duration::from_secs(10))
         .await;

@@ -301,3 +301,48 @@ pub async fn generated_name(ns: &str, name: &str) -> String {
     assert!(!uid.is_empty(), "StarlarkController {ns}/{name} has no uid");
     format!("starkite-{name}-{}", &uid[..8])
 }
+
+/// `kubectl apply` of `obj` as `user`; the output.
+pub async fn apply_as(user: &str, obj: &Json) -> std::process::Output {
+    kubectl_stdin(
+        &[
+            "apply",
+            "--as",
+            user,
+            "--as-group",
+            "kite:authors",
+            "-f",
+            "-",
+        ],
+        &obj.to_string(),
+    )
+    .await
+}
+
+/// Asserts that the request was refused with a message containing each of `needles`.
+pub fn refused(out: &std::process::Output, needles: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "expected a refusal, got: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in: {err}");
+    }
+    err
+}
+
+/// A Role in `ns` bound to `user`.
+pub async fn grant(ns: &str, user: &str, name: &str, rules: Json) {
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": name, "namespace": ns}, "rules": rules});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    for obj in [role, binding] {
+        let out = kubectl_stdin(&["apply", "-f", "-"], &obj.to_string()).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
