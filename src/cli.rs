@@ -71,6 +71,10 @@ pub struct OperatorArgs {
     /// The address the health server binds; 0.0.0.0 inside a pod.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     pub health_bind: std::net::IpAddr,
+    /// Put /metrics behind TokenReview and SubjectAccessReview (`get` on the
+    /// non-resource URL /metrics) even on loopback; off loopback it always is.
+    #[arg(long)]
+    pub secure_metrics: bool,
     /// The admission webhook's port (0: any free port).
     #[arg(long, value_name = "PORT", default_value_t = 9443)]
     pub webhook_port: u16,
@@ -107,6 +111,12 @@ pub struct OperatorArgs {
     /// A handler running longer than this is cancelled.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub handler_timeout: std::time::Duration,
+    /// Approvals older than this stop their controller until someone reviews them again
+    /// (`kubectl annotate slc NAME starkite.io/approval=review --overwrite`): a bound on
+    /// what the operator cannot see, such as a group removed at the identity provider.
+    /// Unset: approvals do not expire.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub approval_max_age: Option<std::time::Duration>,
     /// At most one status write per StarlarkController this often.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub status_period: std::time::Duration,

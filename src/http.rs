@@ -32,6 +32,19 @@ pub trait Probe: Send + Sync + 'static {
     fn metrics(&self) -> String;
 }
 
+/// A gate's answer: Ok to serve, or the status (401, 403, 503) and why.
+pub type Verdict = std::result::Result<(), (StatusCode, String)>;
+
+/// What [`MetricsGate::check`] returns.
+pub type GateFuture<'a> = std::pin::Pin<Box<dyn Future<Output = Verdict> + Send + 'a>>;
+
+/// Who may read `/metrics`: asked for each scrape with the request's bearer token
+/// (controller-runtime's secure metrics serving). The probes stay open.
+pub trait MetricsGate: Send + Sync + 'static {
+    /// Ok to serve the scrape; otherwise the status and why.
+    fn check(&self, bearer: Option<String>) -> GateFuture<'_>;
+}
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -59,7 +72,7 @@ const MAX_CONNECTIONS: usize = 1024;
 /// Connections one peer address may hold at once on a webhook port: one client (a pod
 /// sending slow requests) cannot take every slot from the API server. The probe
 /// server has no such cap: its callers are the kubelet and a scraper.
-pub const MAX_PER_PEER: usize = 128;
+pub const MAX_PER_PEER: usize = 32;
 /// A request's body must arrive within this once its head has.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -152,8 +165,21 @@ pub async fn bind(
     probe: Arc<dyn Probe>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
+    bind_gated(addr, probe, None, shutdown).await
+}
+
+/// [`bind`], with `/metrics` behind `gate` when there is one.
+///
+/// # Errors
+/// [`Error::Bind`] when the address cannot be bound.
+pub async fn bind_gated(
+    addr: SocketAddr,
+    probe: Arc<dyn Probe>,
+    gate: Option<Arc<dyn MetricsGate>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
     let (listener, local) = listen(addr).await?;
-    Ok((local, serve(listener, probe, shutdown, READ_TIMEOUT)))
+    Ok((local, serve(listener, probe, gate, shutdown, READ_TIMEOUT)))
 }
 
 /// Binds `addr`; returns the listener and the address it got.
@@ -170,12 +196,29 @@ pub async fn listen(addr: SocketAddr) -> Result<(TcpListener, SocketAddr)> {
 async fn serve(
     listener: TcpListener,
     probe: Arc<dyn Probe>,
+    gate: Option<Arc<dyn MetricsGate>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     read_timeout: Duration,
 ) {
     let handler = move |req: Request<Incoming>| {
         let probe = probe.clone();
-        async move { respond(req.method(), req.uri().path(), &*probe) }
+        let gate = gate.clone();
+        async move {
+            if let Some(gate) = gate
+                && req.uri().path() == "/metrics"
+            {
+                let bearer = req
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .map(|t| t.trim().to_owned());
+                if let Err((status, why)) = gate.check(bearer).await {
+                    return text(status, format!("{why}\n"));
+                }
+            }
+            respond(req.method(), req.uri().path(), &*probe)
+        }
     };
     let plain = |tcp: TcpStream| async move { Some(tcp) };
     connections(
@@ -314,7 +357,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let stop = async { drop(rx.await) };
-        tokio::spawn(serve(listener, Arc::new(Unready), stop, read_timeout));
+        tokio::spawn(serve(listener, Arc::new(Unready), None, stop, read_timeout));
         (addr, tx)
     }
 

@@ -105,7 +105,7 @@ pub use lsp::serve as serve_lsp;
 pub use script::builtins::os::ScriptExit;
 pub use script::check::check;
 pub use script::host::{Handoff, Host, Limits};
-pub use script::memory::{Counting, quiet_refusals, return_large_blocks};
+pub use script::memory::{Counting, Overrun, quiet_refusals, return_large_blocks};
 pub use script::permissions::Permissions;
 pub use script::run::{Finished, run as run_script};
 pub use script::vars::Vars;

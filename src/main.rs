@@ -116,12 +116,15 @@ fn operator(args: OperatorArgs) -> ExitCode {
                 memory: (args.script_memory as usize) << 20,
                 max_children: args.max_children,
                 source: "the operator's",
+                overrun: kite::Overrun::Park,
             },
             status_period: args.status_period,
             grace: args.grace_period,
             webhook_bind: std::net::SocketAddr::new(args.webhook_bind, args.webhook_port),
             webhook_service: args.webhook_service.clone(),
             webhook_configuration: args.webhook_configuration.clone(),
+            approval_max_age: args.approval_max_age,
+            secure_metrics: args.secure_metrics,
         };
         let signalled = kite::shutdown_signal()?;
         kite::run_operator(client, opts, signalled).await?;

@@ -59,9 +59,9 @@ pub struct Config {
     /// A lease held by whoever hosts this controller (the operator's): nothing is
     /// written once it is no longer valid.
     pub outer_lease: Option<Arc<Validity>>,
-    /// The worker threads to share (the operator's pool); `None` starts a pool of
-    /// `workers` threads for this controller alone.
-    pub pool: Option<Pool>,
+    /// The worker threads to share (the operator's pool, and this controller's group
+    /// in it); `None` starts a pool of `workers` threads for this controller alone.
+    pub pool: Option<super::pool::Share>,
     /// The informers to subscribe to (the operator's, shared and gated); `None` starts
     /// informers for this controller alone, with its own client.
     pub informers: Option<Access>,
@@ -95,10 +95,10 @@ impl Controller {
         let workers = config.spec.workers;
         let (shared, shutdown_tx, tasks) = launch(config, None).await?;
         let runtime = tokio::runtime::Handle::current();
-        let (pool, own_pool) = match given {
-            Some(p) => (p, false),
+        let (pool, group, own_pool) = match given {
+            Some(share) => (share.pool, Some(share.group), false),
             None => match Pool::new(workers, workers, "kite-worker") {
-                Ok(p) => (p, true),
+                Ok(p) => (p, None, true),
                 Err(source) => {
                     // Stop what started, so nothing of this controller keeps running.
                     shared.queue.shut_down();
@@ -112,12 +112,13 @@ impl Controller {
             },
         };
         shared.queue.set_waker(pool.waker());
-        let member = pool.join(
+        let member = pool.join_group(
             Arc::new(super::worker::QueueSource {
                 shared: shared.clone(),
                 runtime,
             }),
             workers,
+            group.as_deref(),
         );
         let ns = shared.spec.namespace.as_deref().unwrap_or("*");
         tracing::info!(controller = %shared.name, kind = %shared.target.display_name(), namespace = %ns, workers, pool = pool.size(), "controller started");

@@ -312,12 +312,13 @@ pub fn call<T>(
             }
         })
     };
-    crate::script::memory::guard(host.limits.memory, || budget::scope(scope, run)).unwrap_or_else(
-        |exceeded| {
-            crate::script::memory::release();
-            Err(Error::OverMemory { exceeded, at: None })
-        },
-    )
+    crate::script::memory::guard_with(host.limits.memory, host.limits.overrun, || {
+        budget::scope(scope, run)
+    })
+    .unwrap_or_else(|exceeded| {
+        crate::script::memory::release();
+        Err(Error::OverMemory { exceeded, at: None })
+    })
 }
 
 /// Decodes what reconcile and finalize may return: None, a duration string, or a list

@@ -8,6 +8,7 @@
 //! a hard cap, so stuck scripts cannot starve the others; the extra threads leave once
 //! idle.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,15 @@ const STALL: Duration = Duration::from_millis(200);
 
 /// An extra thread idle this long leaves.
 const EXTRA_IDLE: Duration = Duration::from_secs(5);
+
+/// A place in a shared pool: the pool, and the group (tenant) a member belongs to.
+#[derive(Clone)]
+pub struct Share {
+    pub pool: Pool,
+    /// The operator's: the StarlarkController's namespace (a ClusterStarlarkController's
+    /// is the operator's namespace). Threads are shared fairly between groups.
+    pub group: String,
+}
 
 /// A handle on a pool; clones share it. The threads stop when [`shut_down`] is called.
 ///
@@ -68,6 +78,9 @@ struct State {
 struct Member {
     id: u64,
     source: Arc<dyn Source>,
+    /// The tenant it belongs to (the operator: a namespace); None for a pool of one
+    /// owner (`kite run`), where groups do not matter.
+    group: Option<Arc<str>>,
     limit: usize,
     in_flight: usize,
     /// Removed: takes no new jobs, and goes once its last one ends.
@@ -121,13 +134,22 @@ impl Pool {
     }
 
     /// Serves `source` with at most `limit` of its jobs at once; returns its id.
+    #[cfg(test)]
     pub fn join(&self, source: Arc<dyn Source>, limit: usize) -> u64 {
+        self.join_group(source, limit, None)
+    }
+
+    /// [`join`](Pool::join) for a member of `group` (a tenant): while several groups
+    /// have work, each holds at most its share of the pool's threads
+    /// ([`group_limit`]), so one tenant's slow handlers cannot keep the others waiting.
+    pub fn join_group(&self, source: Arc<dyn Source>, limit: usize, group: Option<&str>) -> u64 {
         let mut state = self.inner.lock();
         let id = state.next_id;
         state.next_id += 1;
         state.members.push(Member {
             id,
             source,
+            group: group.map(Arc::from),
             limit: limit.max(1),
             in_flight: 0,
             leaving: false,
@@ -268,13 +290,48 @@ impl Inner {
     }
 }
 
+/// The most running jobs one group may hold while `active` groups have work: a share
+/// of the pool's `cap` that leaves room for one more group to arrive (`cap / (active +
+/// 1)`, at least one). A group alone can so take only part of the pool, and a newcomer
+/// finds a thread (the pool grows into the room while the others' jobs are stuck).
+pub fn group_limit(cap: usize, active: usize) -> usize {
+    cap.div_ceil(active + 1).max(1)
+}
+
+/// Groups at their limit now: their members take no new job.
+fn full_groups(state: &State, cap: usize) -> HashSet<Arc<str>> {
+    if !state.members.iter().any(|m| m.group.is_some()) {
+        return HashSet::new();
+    }
+    let mut running: HashMap<Arc<str>, usize> = HashMap::new();
+    let mut active: HashSet<Arc<str>> = HashSet::new();
+    for m in &state.members {
+        let Some(g) = &m.group else { continue };
+        *running.entry(g.clone()).or_default() += m.in_flight;
+        let ready = !m.leaving
+            && m.in_flight < m.limit
+            && m.source.next_due_in().is_some_and(|d| d.is_zero());
+        if m.in_flight > 0 || ready {
+            active.insert(g.clone());
+        }
+    }
+    let limit = group_limit(cap, active.len());
+    running
+        .into_iter()
+        .filter(|(_, n)| *n >= limit)
+        .map(|(g, _)| g)
+        .collect()
+}
+
 /// The next job, searching the members round-robin from the cursor.
-fn pick(state: &mut State) -> Option<(u64, Box<dyn FnOnce() + Send>)> {
+fn pick(state: &mut State, cap: usize) -> Option<(u64, Box<dyn FnOnce() + Send>)> {
+    let full = full_groups(state, cap);
     let n = state.members.len();
     for i in 0..n {
         let at = (state.cursor + i) % n;
         let m = &mut state.members[at];
-        if m.leaving || m.in_flight >= m.limit {
+        if m.leaving || m.in_flight >= m.limit || m.group.as_ref().is_some_and(|g| full.contains(g))
+        {
             continue;
         }
         if let Some(job) = m.source.take() {
@@ -288,11 +345,13 @@ fn pick(state: &mut State) -> Option<(u64, Box<dyn FnOnce() + Send>)> {
 }
 
 /// How long to sleep: until the earliest due key of a member that may take it.
-fn wait_for(state: &State) -> Duration {
+fn wait_for(state: &State, cap: usize) -> Duration {
+    let full = full_groups(state, cap);
     state
         .members
         .iter()
         .filter(|m| !m.leaving && m.in_flight < m.limit)
+        .filter(|m| !m.group.as_ref().is_some_and(|g| full.contains(g)))
         .filter_map(|m| m.source.next_due_in())
         .min()
         .map_or(IDLE_WAIT, |d| d.clamp(Duration::from_millis(1), IDLE_WAIT))
@@ -306,7 +365,7 @@ fn run(inner: &Inner, number: usize) {
             state.alive -= 1;
             return;
         }
-        if let Some((id, job)) = pick(&mut state) {
+        if let Some((id, job)) = pick(&mut state, inner.cap) {
             state.started.insert(number, Instant::now());
             drop(state);
             // Jobs catch their own panics; this keeps the pool's count right regardless.
@@ -325,7 +384,7 @@ fn run(inner: &Inner, number: usize) {
             state.alive -= 1;
             return;
         }
-        let wait = wait_for(&state);
+        let wait = wait_for(&state, inner.cap);
         state = inner
             .wake
             .wait_timeout(state, wait)
@@ -347,6 +406,8 @@ mod tests {
         most: Arc<AtomicUsize>,
         done: Arc<AtomicUsize>,
         each: Duration,
+        /// Says when it has a job ready, as a work queue does.
+        tells: bool,
     }
 
     impl Busy {
@@ -357,7 +418,14 @@ mod tests {
                 most: Arc::default(),
                 done: Arc::default(),
                 each,
+                tells: false,
             })
+        }
+
+        fn telling(jobs: usize, each: Duration) -> Arc<Self> {
+            let mut b = Arc::into_inner(Busy::new(jobs, each)).unwrap();
+            b.tells = true;
+            Arc::new(b)
         }
     }
 
@@ -382,7 +450,7 @@ mod tests {
         }
 
         fn next_due_in(&self) -> Option<Duration> {
-            None
+            (self.tells && self.left.load(Ordering::SeqCst) > 0).then_some(Duration::ZERO)
         }
     }
 
@@ -425,6 +493,46 @@ mod tests {
             "the quiet job waited for the hog"
         );
         assert!(pool.leave(id, Duration::from_secs(1)));
+        pool.shut_down();
+    }
+
+    /// Issue 26: one tenant's slow handlers hold no more than their share of the pool,
+    /// and a neighbour's job starts while the tenant still has many waiting.
+    #[test]
+    fn a_tenant_holds_no_more_than_its_share() {
+        let pool = Pool::new(2, 6, "t").unwrap();
+        // Several controllers of one namespace, each allowed every thread.
+        let hogs: Vec<Arc<Busy>> = (0..3)
+            .map(|_| Busy::telling(40, Duration::from_millis(300)))
+            .collect();
+        for h in &hogs {
+            pool.join_group(h.clone(), 6, Some("greedy"));
+        }
+        let running = || {
+            hogs.iter()
+                .map(|h| h.running.load(Ordering::SeqCst))
+                .sum::<usize>()
+        };
+        // Alone, the namespace grows into half the pool's cap, no further.
+        wait_until("the tenant at its share", || running() == group_limit(6, 1));
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(running() <= group_limit(6, 1), "{} running", running());
+        let neighbour = Busy::telling(1, Duration::ZERO);
+        let started = Instant::now();
+        pool.join_group(neighbour.clone(), 1, Some("neighbour"));
+        wait_until("the neighbour's job", || {
+            neighbour.done.load(Ordering::SeqCst) == 1
+        });
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(1),
+            "the neighbour waited {waited:?}"
+        );
+        let left: usize = hogs.iter().map(|h| h.left.load(Ordering::SeqCst)).sum();
+        assert!(
+            left > 60,
+            "the neighbour waited for the tenant ({left} left)"
+        );
         pool.shut_down();
     }
 

@@ -82,6 +82,31 @@ async fn review<K: Tenant>(
     {
         return allow.deny(format!("{} {}: {message}", K::KIND, cr.display()));
     }
+    let namespace = cr.namespace().unwrap_or_default();
+    let name = cr.name_any();
+    let spec_value = spec_json(&cr);
+    let subject = approval::Subject {
+        kind: K::KIND,
+        namespace: &namespace,
+        name: &name,
+        spec: &spec_value,
+        script_from: spec
+            .script_from
+            .as_ref()
+            .and_then(|_| script.as_ref().ok())
+            .map(String::as_str),
+    };
+    // A change of labels alone never approves what was not approved: if the script
+    // from the ConfigMap changed since (or the approval expired), only an explicit
+    // review (a change of the approval annotation) may sign it.
+    if let Some(old) = &old
+        && metadata_only
+        && approval_of(old) == approval_of(&cr)
+        && let Some(kept) = approval_of(old)
+        && ctx.approval.verify(subject, Some(kept)).is_err()
+    {
+        return allow;
+    }
     // Whatever the script is (even one that cannot run, whose status would quote it),
     // naming a ConfigMap needs the right to read it. What can run is checked against
     // its author too.
@@ -113,23 +138,7 @@ async fn review<K: Tenant>(
         }
         Err(e) => return allow.deny(format!("could not check the author's permissions: {e}")),
     }
-    let namespace = cr.namespace().unwrap_or_default();
-    let name = cr.name_any();
-    let spec_value = spec_json(&cr);
-    let stamp = ctx.approval.sign(
-        approval::Subject {
-            kind: K::KIND,
-            namespace: &namespace,
-            name: &name,
-            spec: &spec_value,
-            script_from: spec
-                .script_from
-                .as_ref()
-                .and_then(|_| script.as_ref().ok())
-                .map(String::as_str),
-        },
-        &author,
-    );
+    let stamp = ctx.approval.sign(subject, &author);
     let patch = stamp_patch(cr.meta().annotations.is_some(), stamp);
     match allow.clone().with_patch(patch) {
         Ok(r) => r,

@@ -31,6 +31,11 @@ pub enum Error {
         "the {ANNOTATION} annotation does not match this spec: it was edited, copied, or the spec changed without the webhook"
     )]
     Verify,
+    /// Older than `--approval-max-age`.
+    #[error(
+        "the approval is {age_secs}s old, older than the operator's --approval-max-age of {max_secs}s"
+    )]
+    Expire { age_secs: u64, max_secs: u64 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -64,22 +69,49 @@ pub struct Subject<'a> {
 #[derive(Serialize, Deserialize)]
 struct Stamp {
     author: Author,
+    /// When it was signed, in seconds since the Unix epoch (signed too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    at: Option<u64>,
     mac: String,
 }
 
-/// The signing key, from the operator's Secret.
-pub struct Key(hmac::Key);
+/// The signing key, from the operator's Secret, and how long an approval holds.
+pub struct Key {
+    key: hmac::Key,
+    max_age: Option<std::time::Duration>,
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 impl Key {
     pub fn new(secret: &[u8]) -> Self {
-        Key(hmac::Key::new(hmac::HMAC_SHA256, secret))
+        Key {
+            key: hmac::Key::new(hmac::HMAC_SHA256, secret),
+            max_age: None,
+        }
+    }
+
+    /// Approvals older than `max_age` no longer verify ([`Error::Expire`]).
+    #[must_use]
+    pub fn with_max_age(mut self, max_age: Option<std::time::Duration>) -> Self {
+        self.max_age = max_age;
+        self
     }
 
     /// The annotation value approving `subject` as written by `author`.
     pub fn sign(&self, subject: Subject<'_>, author: &Author) -> String {
-        let tag = hmac::sign(&self.0, &message(subject, author));
+        self.sign_at(subject, author, now_secs())
+    }
+
+    fn sign_at(&self, subject: Subject<'_>, author: &Author, at: u64) -> String {
+        let tag = hmac::sign(&self.key, &message(subject, author, Some(at)));
         let stamp = Stamp {
             author: author.clone(),
+            at: Some(at),
             mac: b64().encode(tag.as_ref()),
         };
         b64().encode(serde_json::to_vec(&stamp).unwrap_or_default())
@@ -99,7 +131,20 @@ impl Key {
         let mac = b64()
             .decode(&stamp.mac)
             .map_err(|e| Error::Decode(e.to_string()))?;
-        hmac::verify(&self.0, &message(subject, &stamp.author), &mac).map_err(|_| Error::Verify)?;
+        hmac::verify(&self.key, &message(subject, &stamp.author, stamp.at), &mac)
+            .map_err(|_| Error::Verify)?;
+        if let Some(max) = self.max_age {
+            // An approval from before signing times were kept counts as infinitely old.
+            let age_secs = stamp
+                .at
+                .map_or(u64::MAX, |at| now_secs().saturating_sub(at));
+            if age_secs > max.as_secs() {
+                return Err(Error::Expire {
+                    age_secs,
+                    max_secs: max.as_secs(),
+                });
+            }
+        }
         Ok(stamp.author)
     }
 }
@@ -109,7 +154,7 @@ fn b64() -> base64::engine::GeneralPurpose {
 }
 
 /// The signed bytes: canonical JSON (objects with sorted keys) of everything approved.
-fn message(subject: Subject<'_>, author: &Author) -> Vec<u8> {
+fn message(subject: Subject<'_>, author: &Author, at: Option<u64>) -> Vec<u8> {
     let mut doc = json!({
         "kind": subject.kind,
         "namespace": subject.namespace,
@@ -117,6 +162,9 @@ fn message(subject: Subject<'_>, author: &Author) -> Vec<u8> {
         "spec": subject.spec,
         "author": author,
     });
+    if let Some(at) = at {
+        doc["at"] = json!(at);
+    }
     if let Some(script) = subject.script_from {
         let digest = ring::digest::digest(&ring::digest::SHA256, script.as_bytes());
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
@@ -254,10 +302,41 @@ mod tests {
             ..subject
         };
         assert_eq!(key.verify(changed, Some(&pinned)), Err(Error::Verify));
+        // A forged signing time does not verify either.
+        let mut old: Stamp = serde_json::from_slice(&b64().decode(&stamp).unwrap()).unwrap();
+        old.at = old.at.map(|t| t + 1);
+        let old = b64().encode(serde_json::to_vec(&old).unwrap());
+        assert_eq!(key.verify(subject, Some(&old)), Err(Error::Verify));
         // Another operator's key.
         assert_eq!(
             Key::new(b"other").verify(subject, Some(&stamp)),
             Err(Error::Verify)
         );
+    }
+
+    #[test]
+    fn approvals_expire_after_the_max_age() {
+        let spec = json!({"script": "x"});
+        let subject = Subject {
+            kind: "StarlarkController",
+            namespace: "team-a",
+            name: "c",
+            spec: &spec,
+            script_from: None,
+        };
+        let day = std::time::Duration::from_hours(24);
+        let key = Key::new(b"secret").with_max_age(Some(day));
+        let fresh = key.sign(subject, &author("alice"));
+        assert!(key.verify(subject, Some(&fresh)).is_ok());
+        let old = key.sign_at(subject, &author("alice"), now_secs() - 2 * 86_400);
+        assert!(matches!(
+            key.verify(subject, Some(&old)),
+            Err(Error::Expire {
+                max_secs: 86_400,
+                ..
+            })
+        ));
+        // Without a max age, age does not matter.
+        assert!(Key::new(b"secret").verify(subject, Some(&old)).is_ok());
     }
 }

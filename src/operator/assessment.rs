@@ -138,6 +138,7 @@ pub async fn assessment<K: Tenant>(
         replace: watch_override,
         default: K::CONFINED.then(|| home.clone()),
     };
+    let _turn = ctx.turns.turn(&home).await;
     let inference = match analyse(ctx, &spec, &file_name, &script, watch).await {
         Ok(i) => i,
         Err((reason, message)) => return Assessment::Invalid { reason, message },
@@ -266,8 +267,10 @@ async fn analyse(
     };
     let first = run(ctx.discovery.all().await.unwrap_or_default(), true).await?;
     if first.warnings.iter().any(|w| w.contains("--crd")) {
-        // A CRD created since discovery was cached: look again once.
-        ctx.discovery.invalidate();
+        // A CRD created since discovery was cached: look again once, but at most every
+        // 30 s whatever scripts name (the cache is every hosted controller's).
+        ctx.discovery
+            .invalidate_if_older(std::time::Duration::from_secs(30));
         return run(ctx.discovery.all().await.unwrap_or_default(), false).await;
     }
     Ok(first)

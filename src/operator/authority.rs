@@ -28,6 +28,12 @@ pub enum Error {
     },
     #[error("asking the API server whether {user} may {what}: no answer within 10s")]
     ReviewTimeout { user: String, what: String },
+    #[error("reading the author's ServiceAccount {namespace}/{name}: {source}")]
+    ReadAuthor {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -119,6 +125,48 @@ pub fn impersonation(namespace: &str, name: &str) -> Permission {
         name: name.into(),
         why: "spec.serviceAccountName".into(),
     }
+}
+
+/// Why `author` can no longer be the author, when it is a ServiceAccount that was
+/// deleted (or deleted and made again: another uid). RBAC alone does not see this: a
+/// binding to a deleted account still answers "yes" to a SubjectAccessReview.
+///
+/// # Errors
+/// The ServiceAccount could not be read.
+pub async fn author_gone(client: &kube::Client, author: &Author) -> Result<Option<String>> {
+    let Some(rest) = author.username.strip_prefix("system:serviceaccount:") else {
+        return Ok(None);
+    };
+    let Some((namespace, name)) = rest.split_once(':') else {
+        return Ok(None);
+    };
+    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), namespace);
+    let found = tokio::time::timeout(REVIEW_TIMEOUT, api.get_opt(name))
+        .await
+        .map_err(|_| Error::ReviewTimeout {
+            user: author.username.clone(),
+            what: "exist".into(),
+        })?
+        .map_err(|source| Error::ReadAuthor {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        })?;
+    Ok(match found {
+        None => Some(format!(
+            "the author, ServiceAccount {namespace}/{name}, no longer exists"
+        )),
+        Some(sa)
+            if !author.uid.is_empty()
+                && sa.metadata.uid.as_deref().is_some_and(|u| u != author.uid) =>
+        {
+            Some(format!(
+                "the author, ServiceAccount {namespace}/{name}, was deleted and made again (another uid)"
+            ))
+        }
+        Some(_) => None,
+    })
 }
 
 /// The first of `wanted` that `author` does not hold, described for a refusal, e.g.

@@ -67,6 +67,8 @@ pub struct Plan {
     /// identity (discovery is readable by all), so 1000 controllers ask once, not 1000
     /// times, and hold one copy.
     pub discovery: crate::k8s::discovery::Discovery,
+    /// Whose turn it is to run a top level, per namespace.
+    pub turns: Arc<super::turns::Turns>,
 }
 
 /// A running hosted controller.
@@ -98,11 +100,22 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     host.ext::<SessionCell>().pin(session.clone());
     let (file_name, script, eval_host) =
         (plan.file_name.clone(), plan.script.clone(), host.clone());
-    let finished = tokio::task::spawn_blocking(move || {
+    let turn = plan.turns.turn(&plan.namespace).await;
+    let evaluation = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
-    })
-    .await
-    .map_err(|e| Error::Join(e.to_string()))?
+    });
+    // The budget ends the script; a thread parked for good (memory::Overrun::Park)
+    // never returns, and the controller must not wait for it.
+    let finished = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation)
+        .await
+        .map_err(|_| {
+            Error::Evaluate(format!(
+                "error: the script's top level did not end within its {}s budget (it asked for more memory at once than its whole limit, or is stuck in a builtin)\n",
+                TOP_LEVEL_BUDGET.as_secs()
+            ))
+        })?
+        .map_err(|e| Error::Join(e.to_string()))?
     .map_err(|e| Error::Evaluate(e.to_string()))?;
     let Finished::HandedOff {
         handoff,
@@ -141,7 +154,10 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         handler_budget: plan.handler_budget,
         leader: None,
         outer_lease: plan.lease,
-        pool: Some(plan.pool),
+        pool: Some(crate::control::pool::Share {
+            pool: plan.pool,
+            group: plan.namespace.clone(),
+        }),
         informers: Some(plan.informers),
     };
     let controller = Controller::start(config).await?;

@@ -66,6 +66,11 @@ pub struct Options {
     pub webhook_service: Option<String>,
     /// The MutatingWebhookConfiguration's name; None: one per `--namespace`/`--selector`.
     pub webhook_configuration: Option<String>,
+    /// Approvals older than this no longer hold ([`approval::Key::with_max_age`]).
+    pub approval_max_age: Option<Duration>,
+    /// `/metrics` behind TokenReview and SubjectAccessReview even on loopback (it always
+    /// is on any other address: it lists every tenant's controllers).
+    pub secure_metrics: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -204,17 +209,20 @@ pub async fn run(
         handler_budget: opts.handler_budget,
         limits: opts.limits.clone(),
         operator_namespace: opts.operator_namespace.clone(),
-        approval: approval::Key::new(&material.approval_key),
+        approval: approval::Key::new(&material.approval_key).with_max_age(opts.approval_max_age),
+        turns: Arc::default(),
         lease: lease.clone(),
         pool: pool.clone(),
         informers: informers.clone(),
         shards: shards.clone(),
     });
     let tls = Arc::new(Tls::new(&material)?);
+    let path = webhook::path(&material.approval_key);
     let (bound, serve) = webhook::webhook(
         opts.webhook_bind,
         tls.clone(),
         ctx.clone(),
+        path.clone(),
         stopped(stop_rx.clone()),
     )
     .await?;
@@ -227,12 +235,9 @@ pub async fn run(
             Some(name) => Endpoint::Service {
                 namespace: opts.operator_namespace.clone(),
                 name: name.clone(),
+                path,
             },
-            None => Endpoint::Url(format!(
-                "https://{endpoint_host}:{}{}",
-                bound.port(),
-                webhook::PATH
-            )),
+            None => Endpoint::Url(format!("https://{endpoint_host}:{}{path}", bound.port())),
         },
         namespace: opts.namespace.clone(),
         object_selector,
@@ -248,8 +253,13 @@ pub async fn run(
             informers: informers.clone(),
             shards: shards.clone(),
         });
-        let (bound, serve) = crate::http::bind(addr, probe, stopped(stop_rx.clone())).await?;
-        tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
+        let gate: Option<Arc<dyn crate::http::MetricsGate>> = (opts.secure_metrics
+            || !addr.ip().is_loopback())
+        .then(|| Arc::new(super::metrics_access::MetricsAccess::new(client.clone())) as _);
+        let secured = gate.is_some();
+        let (bound, serve) =
+            crate::http::bind_gated(addr, probe, gate, stopped(stop_rx.clone())).await?;
+        tracing::info!(%bound, secured, "serving /healthz, /readyz and /metrics");
         tokio::spawn(serve);
     }
     if let Some(lease_ns) = &opts.leader_election {
@@ -613,6 +623,11 @@ impl crate::http::Probe for Probe {
                 i64::try_from(shards.members().len()).unwrap_or(i64::MAX),
             );
         }
+        scrape.gauge(
+            "kite_script_threads_parked",
+            "Threads parked for good because a hosted script asked for more than its whole memory budget at once",
+            i64::try_from(crate::script::memory::parked()).unwrap_or(i64::MAX),
+        );
         self.registry.add_metrics(&mut scrape);
         scrape.render()
     }

@@ -31,6 +31,7 @@ pub mod grants;
 pub mod hosted;
 pub mod identity;
 pub mod manager;
+pub mod metrics_access;
 pub mod reconciler;
 pub mod registration;
 pub mod registry;
@@ -39,6 +40,7 @@ pub mod shard;
 pub mod status;
 pub mod tenant;
 pub mod trigger;
+pub mod turns;
 pub mod webhook;
 
 pub(crate) use ceiling::DEFAULT_CEILING;

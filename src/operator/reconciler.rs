@@ -51,6 +51,8 @@ pub struct Context {
     pub operator_namespace: String,
     /// Signs and checks the approvals the admission webhook stamps.
     pub approval: approval::Key,
+    /// One analysis or top-level run at a time per namespace.
+    pub turns: Arc<super::turns::Turns>,
     /// The operator's lease, when it elects a leader.
     pub lease: Option<Arc<crate::control::leader::Validity>>,
     /// The worker threads every hosted controller shares.
@@ -189,12 +191,39 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             }
         }
     }
+    let spec_json = serde_json::to_value(&spec).unwrap_or_default();
+    let namespace = cr.namespace().unwrap_or_default();
+    let subject = approval::Subject {
+        kind: K::KIND,
+        namespace: &namespace,
+        name: &name,
+        spec: &spec_json,
+        script_from: spec
+            .script_from
+            .as_ref()
+            .and_then(|_| script.as_ref().ok())
+            .map(String::as_str),
+    };
     if previous == Some(fingerprint) && !conflict {
-        // The author may have lost a permission.
+        // The author may have lost a permission, or been deleted; the approval may have
+        // grown too old. Any of these: decide again, which reports it.
         let Some(authority) = ctx.registry.authority_due(&key, RECHECK) else {
             return Ok(Action::requeue(RECHECK));
         };
-        match first_denied(&ctx.client, &authority.author, &authority.permissions).await {
+        let gone = match authority::author_gone(&ctx.client, &authority.author).await {
+            Ok(gone) => gone.is_some(),
+            Err(e) => {
+                ctx.registry.author_unchecked(&key);
+                return Err(Error::CheckAuthor(e));
+            }
+        };
+        let expired = ctx.approval.verify(subject, approval.as_deref()).is_err();
+        let denied = if gone || expired {
+            Ok(Some(String::new()))
+        } else {
+            first_denied(&ctx.client, &authority.author, &authority.permissions).await
+        };
+        match denied {
             Ok(None) => {
                 // The controller's own account must still be allowed to read what it
                 // watches through the operator's shared informers.
@@ -234,19 +263,6 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     // Only what the operator's webhook approved runs, and only as far as its author
     // could go themselves. Checked before the script is looked at, so that nothing of
     // an unapproved script (a ConfigMap its author may not read) reaches the status.
-    let spec_json = serde_json::to_value(&spec).unwrap_or_default();
-    let namespace = cr.namespace().unwrap_or_default();
-    let subject = approval::Subject {
-        kind: K::KIND,
-        namespace: &namespace,
-        name: &name,
-        spec: &spec_json,
-        script_from: spec
-            .script_from
-            .as_ref()
-            .and_then(|_| script.as_ref().ok())
-            .map(String::as_str),
-    };
     let author = match ctx.approval.verify(subject, approval.as_deref()) {
         Ok(author) => author,
         Err(e) => {
@@ -267,9 +283,26 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
                 approval::ANNOTATION
             );
             d.denied(valid(), "NotApproved", message).await;
+            // An expired approval is looked at again only when someone reviews it.
             return Ok(Action::await_change());
         }
     };
+    match authority::author_gone(&ctx.client, &author).await {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            let message = format!(
+                "{message}; have someone whose rights cover this controller review it: kubectl annotate {} {name}{} {}=review --overwrite",
+                K::KIND.to_lowercase(),
+                cr.namespace()
+                    .map(|ns| format!(" -n {ns}"))
+                    .unwrap_or_default(),
+                approval::ANNOTATION
+            );
+            d.denied(valid(), "AuthorGone", message).await;
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(Error::CheckAuthor(e)),
+    }
     let runnable = match assessment(ctx, cr, script).await {
         Assessment::Suspended => {
             d.outcome.phase = Phase::Suspended;
@@ -376,6 +409,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             .informers
             .access(Some(identity::service_account_user(&home, &sa))),
         discovery: ctx.discovery.clone(),
+        turns: ctx.turns.clone(),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::approval;
 use super::certs;
-use super::webhook::{PATH, Tls};
+use super::webhook::Tls;
 
 /// How often the configuration and the certificate are looked at again.
 pub const PERIOD: Duration = Duration::from_secs(15);
@@ -49,11 +49,15 @@ pub enum RegisterError {
 /// Where the API server reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
-    /// `https://host:port/approve`, e.g. on loopback when the operator runs beside the
-    /// API server.
+    /// `https://host:port/approve/<secret>` ([`super::webhook::path`]), e.g. on loopback
+    /// when the operator runs beside the API server.
     Url(String),
-    /// The Service `namespace/name` (port 443), inside the cluster.
-    Service { namespace: String, name: String },
+    /// The Service `namespace/name` (port 443) at `path`, inside the cluster.
+    Service {
+        namespace: String,
+        name: String,
+        path: String,
+    },
 }
 
 /// What this operator's configuration says.
@@ -89,8 +93,12 @@ impl Registration {
         let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca);
         let client_config = match &self.endpoint {
             Endpoint::Url(url) => json!({"url": url, "caBundle": ca_bundle}),
-            Endpoint::Service { namespace, name } => json!({
-                "service": {"namespace": namespace, "name": name, "path": PATH, "port": 443},
+            Endpoint::Service {
+                namespace,
+                name,
+                path,
+            } => json!({
+                "service": {"namespace": namespace, "name": name, "path": path, "port": 443},
                 "caBundle": ca_bundle,
             }),
         };
@@ -196,9 +204,12 @@ pub async fn register(
 ) -> Result<(), RegisterError> {
     let material = certs::certs(client, operator_namespace, hosts).await?;
     tls.renew(&material)?;
+    // Never the path: it is the webhook's secret.
     let at = match &reg.endpoint {
-        Endpoint::Url(url) => url.clone(),
-        Endpoint::Service { namespace, name } => format!("Service {namespace}/{name}"),
+        Endpoint::Url(url) => url.split("/approve").next().unwrap_or_default().to_owned(),
+        Endpoint::Service {
+            namespace, name, ..
+        } => format!("Service {namespace}/{name}"),
     };
     let applied = registration(client, reg, &material.ca).await?;
     if first && !applied {

@@ -22,6 +22,20 @@ use super::reconciler::Context;
 
 /// The path the webhook configuration names.
 pub const PATH: &str = "/approve";
+
+/// The path the webhook answers on: [`PATH`] and a secret derived from the operator's
+/// approval key, registered in its webhook configuration. A peer that reaches the port
+/// without knowing it (anyone but the API server and whoever may read that
+/// configuration) gets 404 and learns nothing about objects or approvals.
+pub fn path(approval_key: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, approval_key);
+    let tag = ring::hmac::sign(&key, b"kite-operator webhook path");
+    let secret: String = tag.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{PATH}/{secret}")
+}
 /// The API server sends at most about 3 MiB; anything larger is not a review.
 const MAX_BODY: usize = 4 << 20;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -102,8 +116,10 @@ pub async fn webhook(
     addr: SocketAddr,
     tls: Arc<Tls>,
     ctx: Arc<Context>,
+    path: String,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
+    let path: Arc<str> = Arc::from(path);
     let (listener, bound) = crate::http::listen(addr).await?;
     let open = move |tcp| {
         let (acceptor, _) = tls.current();
@@ -115,8 +131,8 @@ pub async fn webhook(
         }
     };
     let handler = move |req| {
-        let ctx = ctx.clone();
-        async move { handle(&ctx, req).await }
+        let (ctx, path) = (ctx.clone(), path.clone());
+        async move { handle(&ctx, &path, req).await }
     };
     let serve = crate::http::connections(
         listener,
@@ -129,8 +145,8 @@ pub async fn webhook(
     Ok((bound, serve))
 }
 
-async fn handle(ctx: &Context, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::POST || req.uri().path() != PATH {
+async fn handle(ctx: &Context, path: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::POST || req.uri().path() != path {
         return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"));
     }
     let body = match crate::http::read_body(req.into_body(), MAX_BODY).await {

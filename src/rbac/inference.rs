@@ -520,7 +520,7 @@ impl<'a> Analyzer<'a> {
             }
         }
         for &(module, extra) in found.iter().skip(1) {
-            self.warn(module, extra, "a second k8s.control() call: only the first one runs, so its permissions are not inferred".into());
+            self.unresolved(module, extra, "a second k8s.control() call: which one runs cannot be known without running the script, so its permissions cannot be inferred; keep one".into());
         }
         found.first().copied()
     }

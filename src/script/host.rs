@@ -105,6 +105,9 @@ pub struct Limits {
     pub max_children: usize,
     /// Where the limits come from, for messages (e.g. "the operator's").
     pub source: &'static str,
+    /// What happens to a thread that asks for more than its whole memory budget in one
+    /// allocation (the operator parks it rather than let the process abort).
+    pub overrun: super::memory::Overrun,
 }
 
 impl Default for Limits {
@@ -115,6 +118,7 @@ impl Default for Limits {
             memory: 2 << 30,
             max_children: 10_000,
             source: "kite's",
+            overrun: super::memory::Overrun::Abort,
         }
     }
 }

@@ -35,6 +35,51 @@ thread_local! {
     static BUDGET: Cell<Option<isize>> = const { Cell::new(None) };
     /// Set when an allocation was refused, so the panic it causes is recognized.
     static REFUSED: Cell<bool> = const { Cell::new(false) };
+    /// The whole budget of the active [`guard`], and what to do with one allocation
+    /// larger than all of it.
+    static LIMIT: Cell<Option<(isize, Overrun)>> = const { Cell::new(None) };
+}
+
+/// What happens to a thread that asks, in one allocation outside Starlark's heap, for
+/// more than its whole budget (`"x" * 1048576 * 2000000000` builds its result in one
+/// Rust string). Refusing it would abort the process (`handle_alloc_error`), and
+/// granting it would exhaust the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overrun {
+    /// Let the allocation go ahead: `kite run` trusts its user, and a failed allocation
+    /// ends the run with the allocator's message.
+    Abort,
+    /// Park the thread for good: one hosted script loses one thread, and the operator
+    /// and every other controller go on (counted by [`parked`]).
+    Park,
+}
+
+static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Threads parked for good by [`Overrun::Park`].
+pub fn parked() -> usize {
+    PARKED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Parks this thread for good when `size` alone is more than the whole budget of a
+/// guard that parks; returns otherwise.
+fn park_if_hopeless(size: usize, align: usize) {
+    let hopeless = LIMIT
+        .try_with(|l| {
+            l.get().is_some_and(|(limit, overrun)| {
+                overrun == Overrun::Park
+                    && size.cast_signed() > limit
+                    && size > SMALL
+                    && !is_chunk(size, align)
+            })
+        })
+        .unwrap_or(false);
+    if hopeless {
+        PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        loop {
+            std::thread::park();
+        }
+    }
 }
 
 /// The system allocator with per-thread accounting; install it in the binary with
@@ -75,6 +120,7 @@ fn refund(size: usize) {
 // touches only thread-local cells and never allocates or unwinds.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        park_if_hopeless(layout.size(), layout.align());
         if !charge(layout.size(), layout.align()) {
             return std::ptr::null_mut();
         }
@@ -83,6 +129,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        park_if_hopeless(layout.size(), layout.align());
         if !charge(layout.size(), layout.align()) {
             return std::ptr::null_mut();
         }
@@ -97,6 +144,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            park_if_hopeless(new_size, layout.align());
+        }
         if new_size > layout.size() && !charge(new_size - layout.size(), layout.align()) {
             return std::ptr::null_mut();
         }
@@ -168,10 +218,21 @@ pub struct Exceeded {
 /// # Errors
 /// [`Exceeded`] when the budget refused an allocation and `f` could not finish.
 pub fn guard<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T, Exceeded> {
-    let outer = BUDGET.with(|b| b.replace(Some(isize::try_from(limit).unwrap_or(isize::MAX))));
+    guard_with(limit, Overrun::Abort, f)
+}
+
+/// [`guard`], with what to do with a single allocation larger than the whole budget.
+///
+/// # Errors
+/// As [`guard`].
+pub fn guard_with<T>(limit: usize, overrun: Overrun, f: impl FnOnce() -> T) -> Result<T, Exceeded> {
+    let whole = isize::try_from(limit).unwrap_or(isize::MAX);
+    let outer = BUDGET.with(|b| b.replace(Some(whole)));
+    let outer_limit = LIMIT.with(|l| l.replace(Some((whole, overrun))));
     REFUSED.with(|r| r.set(false));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     BUDGET.with(|b| b.set(outer));
+    LIMIT.with(|l| l.set(outer_limit));
     let refused = REFUSED.with(|r| r.replace(false));
     match result {
         Ok(v) => Ok(v),
@@ -212,6 +273,35 @@ mod tests {
             "the budget ends with the guard"
         );
         assert_eq!(guard(10, || 7), Ok(7));
+    }
+
+    /// Issue 26: a hosted script's one huge allocation parks its thread instead of
+    /// aborting the process.
+    #[test]
+    fn a_hopeless_allocation_parks_the_thread_and_the_process_goes_on() {
+        let before = parked();
+        let t = std::thread::spawn(|| {
+            guard_with(1 << 20, Overrun::Park, || {
+                let s = "x".repeat(1 << 20);
+                // More than the machine has: without parking, the process would abort.
+                let huge = s.repeat(1 << 40);
+                huge.len()
+            })
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while parked() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread was not parked"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!t.is_finished());
+        // Allocations of the budget's size still go ahead (and are counted).
+        assert_eq!(
+            guard_with(1 << 20, Overrun::Park, || vec![0u8; 1 << 19].len()),
+            Ok(1 << 19)
+        );
     }
 
     #[test]

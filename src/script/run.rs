@@ -161,7 +161,7 @@ fn evaluate(
         None => evaluate(),
     };
     // A refused allocation has no position of its own: the script is named instead.
-    let result = memory::guard(host.limits.memory, scoped)
+    let result = memory::guard_with(host.limits.memory, host.limits.overrun, scoped)
         .map_err(|e| Error::Script(format!("error: {e} (--script-memory)\n --> {name}\n")))?;
     for name in host.vars.unused(source) {
         eprintln!("warning: --var {name} is never read by the script");

@@ -128,15 +128,12 @@ async fn pod_io_reports_the_api_servers_answer_per_pod_and_call() {
         &[&format!("k8s.exec: exec in {n}/one[one]"), refused],
     );
     expect(&stdout, "exec-shell", &[&format!("exec in {n}/one[one]")]);
+    // A forward listens on this machine: it needs --allow-net too (issue 26).
     expect(
         &stdout,
         "pf-one",
-        &[
-            &format!("k8s.port_forward: port-forward to pod {n}/one port 80"),
-            refused,
-        ],
+        &["permission denied: k8s.port_forward needs --allow-net"],
     );
-    expect(&stdout, "pf-pending", &["not running", "Pending"]);
     expect(
         &stdout,
         "follow-one",
@@ -156,7 +153,7 @@ async fn pod_io_reports_the_api_servers_answer_per_pod_and_call() {
     assert!(stdout.contains("\ndone"), "{stdout}");
 
     let out = kite_output(
-        &["run", SCRIPT, "--allow-k8s", "--allow-fs", "--var", &var],
+        &["run", SCRIPT, "--allow-net", "--allow-fs", "--var", &var],
         T,
     )
     .await;
@@ -166,6 +163,15 @@ async fn pod_io_reports_the_api_servers_answer_per_pod_and_call() {
         "cp-down",
         &[&format!("k8s.cp: exec in {n}/one[one]"), refused],
     );
+    expect(
+        &stdout,
+        "pf-one",
+        &[
+            &format!("k8s.port_forward: port-forward to pod {n}/one port 80"),
+            refused,
+        ],
+    );
+    expect(&stdout, "pf-pending", &["not running", "Pending"]);
     assert!(!std::path::Path::new("/tmp/kite-cp-never").exists());
 }
 

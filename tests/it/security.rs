@@ -514,3 +514,121 @@ async fn scripts_from_configmaps_run_only_as_approved() {
     wait_condition(ns, "pinned", "Ready", "True", T).await;
     assert_ne!(approval().await, signed);
 }
+
+/// `curl` of `url` with `token` (if any): the status code and the body.
+async fn scrape(url: &str, token: Option<&str>) -> (String, String) {
+    let mut args: Vec<String> = ["-s", "-m", "5", "-w", "\n%{http_code}", url]
+        .map(str::to_owned)
+        .to_vec();
+    if let Some(t) = token {
+        args.extend(["-H".to_owned(), format!("Authorization: Bearer {t}")]);
+    }
+    let out = tokio::process::Command::new("curl")
+        .args(&args)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_owned(), body.to_owned())
+}
+
+/// Class 8: /metrics (which names every tenant's controllers) answers only a token the
+/// API server authenticates and allows to get /metrics; the probes stay open.
+#[tokio::test]
+async fn metrics_need_an_authorised_token() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-metrics").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(CEILING).await;
+    let op = Operator::start_with(ns, &ceiling, &["--namespace", ns, "--secure-metrics"]).await;
+    let url = format!("http://127.0.0.1:{}/metrics", op.port);
+    let (code, body) = scrape(&url, None).await;
+    assert_eq!(code, "401", "{body}");
+    assert!(!body.contains("kite_"), "{body}");
+    let kc = std::fs::read_to_string(unprivileged_kubeconfig()).unwrap();
+    let unprivileged = kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap()
+        .to_owned();
+    let (code, body) = scrape(&url, Some(&unprivileged)).await;
+    assert_eq!(code, "403", "{body}");
+    assert!(
+        body.contains("kite-unprivileged may not get /metrics"),
+        "{body}"
+    );
+    let (code, body) = scrape(&url, Some("not-a-token")).await;
+    assert_eq!(code, "401", "{body}");
+    let (code, body) = scrape(&url, Some(&admin_token())).await;
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains("kite_operator_controllers"), "{body}");
+    let (code, _) = scrape(&format!("http://127.0.0.1:{}/healthz", op.port), None).await;
+    assert_eq!(code, "200", "probes stay open");
+}
+
+/// Class 8: the webhook port answers only on its secret path, which only the API server
+/// (and whoever may read the webhook configuration) knows: a forged review asking about
+/// another namespace's ConfigMap, claiming to be an administrator, learns nothing.
+#[tokio::test]
+async fn an_unauthenticated_peer_learns_nothing_from_the_webhook() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-hook").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(CEILING).await;
+    let mut op = Operator::start(ns, &ceiling).await;
+    let line = op
+        .kite
+        .wait_stderr_line("serving the admission webhook", T)
+        .await;
+    let port = line
+        .split("bound=")
+        .nth(1)
+        .and_then(|b| b.split_whitespace().next())
+        .and_then(|b| b.rsplit(':').next())
+        .map(|p| p.trim_matches(|c: char| !c.is_ascii_digit()).to_owned())
+        .unwrap_or_else(|| panic!("no bound address in {line}"));
+    let forged = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "1", "kind": {"group": "starkite.io", "version": "v1alpha1", "kind": "StarlarkController"},
+            "resource": {"group": "starkite.io", "version": "v1alpha1", "resource": "starlarkcontrollers"},
+            "namespace": "kube-system", "operation": "CREATE",
+            "userInfo": {"username": "kite-admin", "groups": ["system:masters"]},
+            "object": {"apiVersion": "starkite.io/v1alpha1", "kind": "StarlarkController",
+                "metadata": {"name": "x", "namespace": "kube-system"},
+                "spec": {"scriptFrom": {"configMapKeyRef": {"name": "kube-proxy", "key": "config.conf"}}}},
+        },
+    });
+    let path = std::env::temp_dir().join(format!("{ns}-forged.json"));
+    std::fs::write(&path, forged.to_string()).unwrap();
+    for url_path in ["/approve", "/approve/00000000000000000000000000000000"] {
+        let out = tokio::process::Command::new("curl")
+            .args([
+                "-s",
+                "-k",
+                "-m",
+                "5",
+                "-w",
+                "\n%{http_code}",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                &format!("@{}", path.display()),
+                &format!("https://127.0.0.1:{port}{url_path}"),
+            ])
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.ends_with("\n404"), "{url_path}: {text}");
+        assert!(
+            !text.contains("approval") && !text.contains("patch"),
+            "{text}"
+        );
+    }
+    let _ = std::fs::remove_file(path);
+    // The API server knows the path: reviews go on.
+    apply_slc(ns, "fine", max_replicas_spec(ns, "3")).await;
+    wait_condition(ns, "fine", "Ready", "True", T).await;
+}

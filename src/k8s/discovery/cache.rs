@@ -130,6 +130,20 @@ impl Discovery {
         self.state_mut().snapshot = None;
     }
 
+    /// [`invalidate`](Self::invalidate), unless the cache is younger than `age`: what
+    /// untrusted input may ask for (an admission review naming an unknown kind), so
+    /// that it cannot keep every other lookup waiting on rediscovery.
+    pub fn invalidate_if_older(&self, age: std::time::Duration) {
+        let mut state = self.state_mut();
+        if state
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| s.started.elapsed() >= age)
+        {
+            state.snapshot = None;
+        }
+    }
+
     async fn lookup<F>(&self, find: F) -> Result<Resource>
     where
         F: Fn(&[Resource]) -> Result<Resource>,

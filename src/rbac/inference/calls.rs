@@ -1,13 +1,16 @@
 //! The permissions each `k8s` call in the script needs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use starlark_syntax::syntax::ast::{AstExpr, ExprP, StmtP};
+use starlark_syntax::syntax::ast::{AstExpr, ExprP, ParameterP, StmtP};
 
 use super::control::dict_kind;
 use super::{Analyzer, Args, BUILDERS, Frame, Ns, object_param, source};
 use crate::k8s::discovery::Resource;
 use crate::rbac::source::{dotted, literal_str, local_assignments};
+
+/// The most kinds one object expression may stand for before it counts as unknowable.
+const MAX_TARGETS: usize = 64;
 
 /// The methods that write the object they are given.
 pub(super) const OBJECT_WRITES: &[&str] = &["create", "apply", "status", "event"];
@@ -32,7 +35,17 @@ impl<'a> Analyzer<'a> {
         let mut top: Vec<(usize, &'a AstExpr)> = Vec::new();
         for (i, m) in self.source.modules.iter().enumerate() {
             for stmt in source::top_level(m.ast.statement()) {
-                if matches!(stmt.node, StmtP::Def(_)) {
+                if let StmtP::Def(def) = &stmt.node {
+                    // Default values are evaluated where the function is defined: at
+                    // the top level (`def r(o, _ = k8s.get(...))`).
+                    for p in &def.params {
+                        if let ParameterP::Normal(_, _, Some(default)) = &p.node {
+                            source::each_subexpr(default, &mut |e| {
+                                roots.push(e);
+                                top.push((i, e));
+                            });
+                        }
+                    }
                     continue;
                 }
                 source::each_expr(stmt, &mut |e| {
@@ -169,15 +182,59 @@ impl<'a> Analyzer<'a> {
     }
 
     /// The kinds (and namespaces) an object expression can hold, if known statically.
+    ///
+    /// Each expression is worked out once per question (a name assigned many times, from
+    /// names assigned many times, would otherwise be followed along every path: 64
+    /// assignments four deep is 17 million), and the answers are de-duplicated and
+    /// capped, so this stays linear in the script.
     pub(super) fn object(
         &mut self,
         frame: &Frame<'a>,
         expr: &'a AstExpr,
         depth: usize,
     ) -> Option<Vec<(Resource, Ns)>> {
+        let mut memo = HashMap::new();
+        self.object_in(frame, expr, depth, &mut memo)
+    }
+
+    fn object_in(
+        &mut self,
+        frame: &Frame<'a>,
+        expr: &'a AstExpr,
+        depth: usize,
+        memo: &mut HashMap<usize, Option<Vec<(Resource, Ns)>>>,
+    ) -> Option<Vec<(Resource, Ns)>> {
         if depth > 4 {
             return None;
         }
+        let key = std::ptr::from_ref(expr) as usize;
+        if let Some(known) = memo.get(&key) {
+            return known.clone();
+        }
+        // Asked again while being worked out (a cycle): nothing more to learn there.
+        memo.insert(key, Some(Vec::new()));
+        let found = self.object_once(frame, expr, depth, memo).map(|mut all| {
+            let mut seen = HashSet::new();
+            all.retain(|(r, ns)| {
+                seen.insert(format!(
+                    "{}/{}/{}/{ns:?}",
+                    r.api_resource.group, r.api_resource.version, r.api_resource.plural
+                ))
+            });
+            all
+        });
+        let found = found.filter(|all| all.len() <= MAX_TARGETS);
+        memo.insert(key, found.clone());
+        found
+    }
+
+    fn object_once(
+        &mut self,
+        frame: &Frame<'a>,
+        expr: &'a AstExpr,
+        depth: usize,
+        memo: &mut HashMap<usize, Option<Vec<(Resource, Ns)>>>,
+    ) -> Option<Vec<(Resource, Ns)>> {
         match &expr.node {
             ExprP::Call(callee, _) => {
                 // What k8s.apply/create/get return is the object they were given or named.
@@ -185,7 +242,7 @@ impl<'a> Analyzer<'a> {
                     let (_, args) = Args::of(expr)?;
                     return match method.as_str() {
                         "apply" | "create" => {
-                            self.object(frame, args.arg(0, "manifest")?, depth + 1)
+                            self.object_in(frame, args.arg(0, "manifest")?, depth + 1, memo)
                         }
                         "get" => {
                             let kind = self.const_str(args.arg(0, "kind")?)?;
@@ -240,7 +297,7 @@ impl<'a> Analyzer<'a> {
             ExprP::List(items) | ExprP::Tuple(items) => {
                 let mut out = Vec::new();
                 for i in items {
-                    out.extend(self.object(frame, i, depth + 1)?);
+                    out.extend(self.object_in(frame, i, depth + 1, memo)?);
                 }
                 Some(out)
             }
@@ -256,7 +313,7 @@ impl<'a> Analyzer<'a> {
                 };
                 let mut out = Vec::new();
                 for e in assigned {
-                    out.extend(self.object(frame, e, depth + 1)?);
+                    out.extend(self.object_in(frame, e, depth + 1, memo)?);
                 }
                 (!out.is_empty()).then_some(out)
             }

@@ -483,3 +483,56 @@ fn hidden_calls_are_unresolved_where_they_are() {
     );
     assert!(plain.unresolved.is_empty(), "{:#?}", plain.unresolved);
 }
+
+/// A call in a parameter's default runs where the function is defined, and a second
+/// `k8s.control()` makes the controller unknowable: found by the attack review.
+#[test]
+fn defaults_are_scanned_and_a_second_control_is_unresolved() {
+    let inf = infer_one(
+        "def r(obj, _x = k8s.get(\"secret\", \"db-password\")):\n    pass\nk8s.control(\"configmaps\", reconcile = r)\n",
+    );
+    assert!(
+        grants(&inf)
+            .iter()
+            .any(|g| g.contains("secrets") && g.contains("get")),
+        "{:?}",
+        grants(&inf)
+    );
+    let inf = infer_one(
+        "def r(obj):\n    pass\nk8s.control(\"configmaps\", reconcile = r)\nk8s.control(\"secrets\", reconcile = r)\n",
+    );
+    assert!(
+        inf.unresolved
+            .iter()
+            .any(|w| w.contains("c.star:4:1") && w.contains("a second k8s.control()")),
+        "{:#?}",
+        inf.unresolved
+    );
+}
+
+/// A name assigned many times from names assigned many times is worked out once per
+/// expression, not along every path (64 four deep was 17 million paths, found by the
+/// attack review): this finishes at once with the one kind.
+#[test]
+fn many_assignments_of_many_assignments_are_followed_once() {
+    let mut script = String::from("def r(obj):\n");
+    for _ in 0..64 {
+        script.push_str("    d = {\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"x\"}}\n");
+    }
+    for (to, from) in [("c", "d"), ("b", "c"), ("a", "b")] {
+        for _ in 0..64 {
+            script.push_str(&format!("    {to} = {from}\n"));
+        }
+    }
+    script.push_str("    k8s.apply(a)\nk8s.control(\"configmaps\", reconcile = r)\n");
+    let started = std::time::Instant::now();
+    let inf = infer_one(&script);
+    println!("inferred in {:?}", started.elapsed());
+    assert!(
+        grants(&inf)
+            .iter()
+            .any(|g| g.contains("configmaps") && g.contains("create")),
+        "{:?}",
+        grants(&inf)
+    );
+}

@@ -59,7 +59,8 @@ async fn workload_and_pod_io_calls_run_under_their_inferred_role() {
     let ns = d.ns.name.clone();
     targets(&ns).await;
     let var = format!("ns={ns}");
-    let mut kite = d.run(SCRIPT, &["--var", &var]);
+    // port_forward opens a listener on this machine: it needs --allow-net (issue 26).
+    let mut kite = d.run(SCRIPT, &["--var", &var, "--allow-net"]);
     kubectl_ok(&["create", "configmap", "go", "-n", &ns]).await;
     kubectl_ok(&["label", "configmap", "go", "-n", &ns, "kite.test/ops=true"]).await;
     kite.wait_stdout("done with go", Duration::from_secs(90))

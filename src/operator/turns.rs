@@ -1,0 +1,53 @@
+//! One turn at a time per namespace for the operator's CPU-heavy work on a script
+//! (analysis at admission and reconcile, the top level before a controller starts),
+//! which runs on blocking threads outside the shared worker pool: one author sending
+//! many slow scripts waits for their own turns, and other namespaces' go on.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The turns, by namespace.
+#[derive(Default)]
+pub struct Turns(Mutex<HashMap<String, Arc<Semaphore>>>);
+
+impl Turns {
+    /// Waits for `namespace`'s turn; it lasts as long as the permit.
+    pub async fn turn(&self, namespace: &str) -> OwnedSemaphorePermit {
+        let semaphore = {
+            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            // Namespaces nobody waits in are forgotten, so the map stays as small as
+            // the set of namespaces with work.
+            map.retain(|_, s| Arc::strong_count(s) > 1);
+            map.entry(namespace.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(1)))
+                .clone()
+        };
+        // The semaphore is never closed.
+        semaphore
+            .acquire_owned()
+            .await
+            .unwrap_or_else(|_| unreachable!("a turn's semaphore is never closed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Turns;
+
+    #[tokio::test]
+    async fn a_namespace_waits_for_its_own_turn_and_not_for_others() {
+        let turns = Turns::default();
+        let held = turns.turn("greedy").await;
+        let other = tokio::time::timeout(Duration::from_secs(1), turns.turn("neighbour")).await;
+        assert!(other.is_ok(), "another namespace does not wait");
+        let same = tokio::time::timeout(Duration::from_millis(100), turns.turn("greedy")).await;
+        assert!(same.is_err(), "the same namespace waits");
+        drop(held);
+        let again = tokio::time::timeout(Duration::from_secs(1), turns.turn("greedy")).await;
+        assert!(again.is_ok(), "its turn comes once the first ends");
+    }
+}
