@@ -478,14 +478,16 @@ mod tests {
         drop(idle);
     }
 
-    /// One peer that holds its share of a webhook port's connections is refused more;
-    /// another peer is still served.
-    #[tokio::test]
-    async fn a_peer_holds_no_more_than_its_share() {
+    /// Serves `handler` on a loopback port with at most 4 connections per peer; the
+    /// address, and the sender that stops it when dropped.
+    async fn serve_four<H, HF>(handler: H) -> (SocketAddr, tokio::sync::oneshot::Sender<()>)
+    where
+        H: Fn(Request<Incoming>) -> HF + Clone + Send + Sync + 'static,
+        HF: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    {
         let (listener, addr) = listen(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
-        let handler = |_req: Request<Incoming>| async { text(StatusCode::OK, "ok") };
         let plain = |tcp: TcpStream| async move { Some(tcp) };
-        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(connections(
             listener,
             async move {
@@ -496,6 +498,15 @@ mod tests {
             plain,
             handler,
         ));
+        (addr, stop)
+    }
+
+    /// One peer that holds its share of a webhook port's connections is refused more;
+    /// another peer is still served.
+    #[tokio::test]
+    async fn a_peer_holds_no_more_than_its_share() {
+        let handler = |_req: Request<Incoming>| async { text(StatusCode::OK, "ok") };
+        let (addr, _stop) = serve_four(handler).await;
         let mut held = Vec::new();
         for _ in 0..4 {
             let mut s = TcpStream::connect(addr).await.unwrap();
@@ -537,25 +548,13 @@ mod tests {
     /// A body that trickles in is answered 408 once its time is up.
     #[tokio::test]
     async fn slow_bodies_time_out() {
-        let (listener, addr) = listen(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let handler = |req: Request<Incoming>| async move {
             match read_body_within(req.into_body(), 1024, Duration::from_millis(200)).await {
                 Ok(b) => text(StatusCode::OK, format!("{} bytes", b.len())),
                 Err(refused) => refused,
             }
         };
-        let plain = |tcp: TcpStream| async move { Some(tcp) };
-        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(connections(
-            listener,
-            async move {
-                let _ = stopped.await;
-            },
-            Duration::from_secs(30),
-            4,
-            plain,
-            handler,
-        ));
+        let (addr, _stop) = serve_four(handler).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nab")
             .await

@@ -185,10 +185,8 @@ mod tests {
         }
     }
 
-    /// What a hosted script can reach: the library's globals and their attributes, and
-    /// the methods of every value type a hosted builtin returns (as `<type>.method`).
-    fn reachable() -> BTreeSet<String> {
-        let mut names = library().reachable().clone();
+    /// A runtime and a host as the operator gives a hosted script (cluster access only).
+    fn hosted_host() -> (tokio::runtime::Runtime, crate::script::host::Host) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -199,6 +197,14 @@ mod tests {
             crate::script::permissions::Permissions::k8s_only(),
             rt.handle().clone(),
         );
+        (rt, host)
+    }
+
+    /// What a hosted script can reach: the library's globals and their attributes, and
+    /// the methods of every value type a hosted builtin returns (as `<type>.method`).
+    fn reachable() -> BTreeSet<String> {
+        let mut names = library().reachable().clone();
+        let (_rt, host) = hosted_host();
         for (ty, code) in SAMPLES {
             Module::with_temp_heap(|module| {
                 let ast = AstModule::parse("sample.star", (*code).to_owned(), &Dialect::Extended)
@@ -256,16 +262,7 @@ mod tests {
     /// Runs `code` as the operator runs a hosted script (its library, cluster access
     /// only, no directory to load from); the error, if any.
     fn run_hosted(code: &str) -> Result<String, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let host = crate::script::host::Host::new(
-            library(),
-            crate::script::vars::Vars::default(),
-            crate::script::permissions::Permissions::k8s_only(),
-            rt.handle().clone(),
-        );
+        let (_rt, host) = hosted_host();
         crate::script::run::run_text(
             "tenant.star",
             code,

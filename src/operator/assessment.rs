@@ -134,12 +134,22 @@ pub async fn assessment<K: Tenant>(
         };
     }
     let file_name = format!("{}.star", cr.name_any());
+    // Before anything parses it: a parser or a walk that recursed too deep would abort
+    // the process.
+    if let Some(message) = crate::script::deep::too_deep(&file_name, &script) {
+        return Assessment::Invalid {
+            reason: "ScriptInvalid",
+            message,
+        };
+    }
     let watch = Watch {
         replace: watch_override,
         default: K::CONFINED.then(|| home.clone()),
     };
-    let _turn = ctx.turns.turn(&home).await;
-    let inference = match analyse(ctx, &spec, &file_name, &script, watch).await {
+    // Held by the analysis thread itself: a timed-out analysis keeps its namespace's
+    // turn until it really ends.
+    let turn = std::sync::Arc::new(ctx.analyses.turn(&home).await);
+    let inference = match analyse(ctx, &spec, &file_name, &script, watch, turn).await {
         Ok(i) => i,
         Err((reason, message)) => return Assessment::Invalid { reason, message },
     };
@@ -220,16 +230,20 @@ async fn analyse(
     file_name: &str,
     script: &str,
     watch: Watch,
+    turn: std::sync::Arc<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Inference, (&'static str, String)> {
     let watch = std::sync::Arc::new(watch);
     let run = |resources: Vec<crate::k8s::discovery::Resource>, lint: bool| {
-        let (file_name, script, vars, watch) = (
+        let (file_name, script, vars, watch, turn) = (
             file_name.to_owned(),
             script.to_owned(),
             Vars::from_map(spec.vars.clone()),
             watch.clone(),
+            turn.clone(),
         );
-        let work = tokio::task::spawn_blocking(move || {
+        // A thread of its own with a deep stack (script::deep), never an async worker.
+        let work = crate::script::deep::spawn_deep(move || {
+            let _turn = turn;
             if lint
                 && let Err(e) = crate::script::check::check_text(
                     crate::library::hosted::library(),
@@ -249,12 +263,10 @@ async fn analyse(
                 .map_err(|e| ("ScriptInvalid", e.to_string()))
         });
         async move {
+            let work = work.map_err(|e| ("ScriptInvalid", e))?;
             match tokio::time::timeout(ANALYSIS_BUDGET, work).await {
                 Ok(Ok(result)) => result,
-                Ok(Err(join)) => Err((
-                    "ScriptInvalid",
-                    format!("analysing the script failed: {join}"),
-                )),
+                Ok(Err(_)) => Err(("ScriptInvalid", "analysing the script failed".to_owned())),
                 Err(_) => Err((
                     "ScriptTooComplex",
                     format!(

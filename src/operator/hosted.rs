@@ -101,10 +101,12 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let (file_name, script, eval_host) =
         (plan.file_name.clone(), plan.script.clone(), host.clone());
     let turn = plan.turns.turn(&plan.namespace).await;
-    let evaluation = tokio::task::spawn_blocking(move || {
+    // A thread of its own with a deep stack: parsing and compiling recurse per level.
+    let evaluation = crate::script::deep::spawn_deep(move || {
         let _turn = turn;
         run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
-    });
+    })
+    .map_err(Error::Join)?;
     // The budget ends the script; a thread parked for good (memory::Overrun::Park)
     // never returns, and the controller must not wait for it.
     let finished = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation)
@@ -115,7 +117,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
                 TOP_LEVEL_BUDGET.as_secs()
             ))
         })?
-        .map_err(|e| Error::Join(e.to_string()))?
+        .map_err(|_| Error::Join("the script's thread ended without an answer".into()))?
     .map_err(|e| Error::Evaluate(e.to_string()))?;
     let Finished::HandedOff {
         handoff,

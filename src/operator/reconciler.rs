@@ -51,8 +51,12 @@ pub struct Context {
     pub operator_namespace: String,
     /// Signs and checks the approvals the admission webhook stamps.
     pub approval: approval::Key,
-    /// One analysis or top-level run at a time per namespace.
+    /// A few top-level runs at a time per namespace (one slow top level does not hold
+    /// up the namespace's other controllers; many cannot take every core).
     pub turns: Arc<super::turns::Turns>,
+    /// One analysis (lint and inference) at a time per namespace: apart from the top
+    /// levels, so that a slow top level never holds up a review at admission.
+    pub analyses: super::turns::Turns,
     /// The operator's lease, when it elects a leader.
     pub lease: Option<Arc<crate::control::leader::Validity>>,
     /// The worker threads every hosted controller shares.

@@ -1,7 +1,8 @@
-//! One turn at a time per namespace for the operator's CPU-heavy work on a script
-//! (analysis at admission and reconcile, the top level before a controller starts),
-//! which runs on blocking threads outside the shared worker pool: one author sending
-//! many slow scripts waits for their own turns, and other namespaces' go on.
+//! A few turns at a time per namespace for the operator's CPU-heavy work on a script
+//! (one set of turns for analyses at admission and reconcile, another for the top
+//! levels that run before a controller starts), which runs on blocking threads outside
+//! the shared worker pool: one author sending many slow scripts waits for their own
+//! turns, and other namespaces' go on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,19 +10,33 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The turns, by namespace.
-#[derive(Default)]
-pub struct Turns(Mutex<HashMap<String, Arc<Semaphore>>>);
+pub struct Turns {
+    by_namespace: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Turns one namespace may hold at once.
+    each: usize,
+}
 
 impl Turns {
+    /// `each` turns at once per namespace (at least one).
+    pub fn new(each: usize) -> Self {
+        Turns {
+            by_namespace: Mutex::default(),
+            each: each.max(1),
+        }
+    }
+
     /// Waits for `namespace`'s turn; it lasts as long as the permit.
     pub async fn turn(&self, namespace: &str) -> OwnedSemaphorePermit {
         let semaphore = {
-            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut map = self
+                .by_namespace
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             // Namespaces nobody waits in are forgotten, so the map stays as small as
             // the set of namespaces with work.
             map.retain(|_, s| Arc::strong_count(s) > 1);
             map.entry(namespace.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(1)))
+                .or_insert_with(|| Arc::new(Semaphore::new(self.each)))
                 .clone()
         };
         // The semaphore is never closed.
@@ -40,7 +55,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_namespace_waits_for_its_own_turn_and_not_for_others() {
-        let turns = Turns::default();
+        let turns = Turns::new(1);
         let held = turns.turn("greedy").await;
         let other = tokio::time::timeout(Duration::from_secs(1), turns.turn("neighbour")).await;
         assert!(other.is_ok(), "another namespace does not wait");

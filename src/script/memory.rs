@@ -61,16 +61,21 @@ pub fn parked() -> usize {
     PARKED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Parks this thread for good when `size` alone is more than the whole budget of a
-/// guard that parks; returns otherwise.
+/// Parks this thread for good, in a guard that parks, when `size` alone is more than
+/// the whole budget, or would take the thread's use past twice its budget (a builtin
+/// copying a shared string into one JSON text per reference, inside one instruction,
+/// where the between-instructions check cannot stop it); returns otherwise.
 fn park_if_hopeless(size: usize, align: usize) {
+    if size <= SMALL || is_chunk(size, align) {
+        return;
+    }
+    let left = BUDGET.try_with(Cell::get).ok().flatten();
     let hopeless = LIMIT
         .try_with(|l| {
             l.get().is_some_and(|(limit, overrun)| {
+                let size = size.cast_signed();
                 overrun == Overrun::Park
-                    && size.cast_signed() > limit
-                    && size > SMALL
-                    && !is_chunk(size, align)
+                    && (size > limit || left.is_some_and(|left| left - size < -limit))
             })
         })
         .unwrap_or(false);
@@ -302,6 +307,23 @@ mod tests {
             guard_with(1 << 20, Overrun::Park, || vec![0u8; 1 << 19].len()),
             Ok(1 << 19)
         );
+        // Many allocations, each under the budget, that together pass twice the budget
+        // inside one builtin call: parked too.
+        let before = parked();
+        std::thread::spawn(|| {
+            guard_with(1 << 20, Overrun::Park, || {
+                let copies: Vec<Vec<u8>> = (0..8).map(|_| vec![1u8; 1 << 19]).collect();
+                copies.len()
+            })
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while parked() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the copies were not stopped"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ pub mod attrdict;
 pub mod budget;
 pub mod builtins;
 pub mod check;
+pub mod deep;
 pub mod host;
 pub mod json;
 pub mod library;

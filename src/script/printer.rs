@@ -93,6 +93,7 @@ impl Printer {
         let Some(limit) = self.limit else {
             return vec![format!("{prefix}{text}")];
         };
+        let text = contained(text);
         let mut b = self
             .state
             .lock()
@@ -141,6 +142,28 @@ impl PrintHandler for Printer {
     }
 }
 
+/// The longest line a hosted script prints; the rest is cut.
+const MAX_HOSTED_LINE: usize = 4096;
+
+/// A hosted script's text as one line of its own: newlines and other control
+/// characters escaped (so it cannot write a line that starts like another
+/// controller's `[namespace/name]`), and at most [`MAX_HOSTED_LINE`] bytes.
+fn contained(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_HOSTED_LINE));
+    for c in text.chars() {
+        if out.len() >= MAX_HOSTED_LINE {
+            out.push_str("...(cut)");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// How long a hosted script must stay quiet for its bucket to refill completely.
 #[cfg(test)]
 fn refill_time(limit: RateLimit) -> std::time::Duration {
@@ -151,6 +174,23 @@ fn refill_time(limit: RateLimit) -> std::time::Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hosted line cannot pose as another controller's, and is cut at 4 KiB.
+    #[test]
+    fn hosted_lines_stay_one_line_of_their_own() {
+        let p = Printer::hosted("team/a", HOSTED);
+        let lines = p.admit("ok\n[other/victim] forged\r", Instant::now());
+        assert_eq!(
+            lines,
+            vec!["[team/a] ok\\n[other/victim] forged\\r".to_owned()]
+        );
+        let long = p.admit(&"y".repeat(10_000), Instant::now());
+        assert!(
+            long[0].len() < 4200 && long[0].ends_with("...(cut)"),
+            "{}",
+            long[0].len()
+        );
+    }
 
     #[test]
     fn plain_lines_pass_unchanged() {

@@ -78,6 +78,20 @@ async fn visible(ns: &str, name: &str) -> String {
     format!("{status}\n{events}")
 }
 
+/// Waits until condition `type_` of `name` has `reason`; the status and its message.
+async fn reason_becomes(ns: &str, name: &str, type_: &str, reason: &str) -> (Json, String) {
+    let s = wait_for(&format!("{name}: {type_} {reason}"), T, || async {
+        let s = status(ns, name).await;
+        (condition(&s, type_)["reason"] == reason).then_some(s)
+    })
+    .await;
+    let m = condition(&s, type_)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (s, m)
+}
+
 /// The secret a tenant is after: the admin's token, first line of the cluster's
 /// token file (group system:masters).
 fn admin_token() -> String {
@@ -221,15 +235,7 @@ async fn generated_identities_cannot_be_taken_over() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = wait_for("the conflict reported", T, || async {
-        let s = status(ns, "planted").await;
-        (condition(&s, "RBACReady")["reason"] == "IdentityConflict").then_some(s)
-    })
-    .await;
-    let m = condition(&s, "RBACReady")["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let (s, m) = reason_becomes(ns, "planted", "RBACReady", "IdentityConflict").await;
     assert!(
         m.contains(&format!(
             "ServiceAccount {name} already exists and belongs to nothing kite generated"
@@ -449,17 +455,8 @@ async fn scripts_from_configmaps_run_only_as_approved() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = wait_for("the changed script held back", T, || async {
-        let s = status(ns, "pinned").await;
-        (condition(&s, "Ready")["reason"] == "RBACDenied"
-            && condition(&s, "RBACReady")["reason"] == "NotApproved")
-            .then_some(s)
-    })
-    .await;
-    let m = condition(&s, "RBACReady")["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let (s, m) = reason_becomes(ns, "pinned", "RBACReady", "NotApproved").await;
+    assert_eq!(condition(&s, "Ready")["reason"], "RBACDenied");
     assert!(
         m.contains(&format!(
             "ConfigMap {ns}/mine changed since it was approved"
@@ -631,4 +628,53 @@ async fn an_unauthenticated_peer_learns_nothing_from_the_webhook() {
     // The API server knows the path: reviews go on.
     apply_slc(ns, "fine", max_replicas_spec(ns, "3")).await;
     wait_condition(ns, "fine", "Ready", "True", T).await;
+}
+
+/// Class 8: an author that is a ServiceAccount, deleted since it approved a controller,
+/// no longer vouches for it: the next decision (here, after a restart; while running,
+/// the 5-minute recheck) stops it and removes its grants. RBAC alone would still say
+/// "yes": the author's RoleBinding outlives the account.
+#[tokio::test]
+async fn a_deleted_serviceaccount_author_stops_its_controller() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-gone").await;
+    let ns = ns.name.as_str();
+    kubectl_ok(&["create", "serviceaccount", "deployer", "-n", ns]).await;
+    let author = format!("system:serviceaccount:{ns}:deployer");
+    grant(
+        ns,
+        &author,
+        "deployer",
+        json!([
+            {"apiGroups": ["starkite.io"], "resources": ["starlarkcontrollers"], "verbs": ["*"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]},
+        ]),
+    )
+    .await;
+    let ceiling = Ceiling::new(CEILING).await;
+    let mut first = Operator::start(ns, &ceiling).await;
+    let obj = slc(ns, "deployed", max_replicas_spec(ns, "3"));
+    let out = kubectl_stdin(&["apply", "--as", &author, "-f", "-"], &obj.to_string()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_condition(ns, "deployed", "Ready", "True", T).await;
+    kubectl_ok(&["delete", "serviceaccount", "deployer", "-n", ns]).await;
+    first.kite.kill();
+    let _second = Operator::start(ns, &ceiling).await;
+    let (_, m) = reason_becomes(ns, "deployed", "RBACReady", "AuthorGone").await;
+    assert!(
+        m.contains(&format!(
+            "the author, ServiceAccount {ns}/deployer, no longer exists"
+        )),
+        "{m}"
+    );
+    let uid = jsonpath("slc", "deployed", ns, "{.metadata.uid}").await;
+    wait_until("its grants removed", T, || async {
+        generated_for(&uid).await.is_empty()
+    })
+    .await;
 }

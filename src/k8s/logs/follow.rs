@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use futures::{AsyncBufReadExt, StreamExt};
+use futures::AsyncBufReadExt;
 use jiff::Timestamp;
 use tokio::sync::mpsc;
 
@@ -91,10 +91,10 @@ async fn pump(pod: PodRef, opts: LogOptions, tx: mpsc::Sender<Result<String>>) {
             position.started = Some(Timestamp::now());
         }
         failures = 0;
-        let mut lines = stream.lines();
+        let mut stream = std::pin::pin!(stream);
         let mut delivered = false;
         loop {
-            match lines.next().await {
+            match next_line(&mut stream).await {
                 // The kubelet ends a followed stream when the container stops.
                 None => return,
                 Some(Ok(line)) => {
@@ -114,6 +114,50 @@ async fn pump(pod: PodRef, opts: LogOptions, tx: mpsc::Sender<Result<String>>) {
             tokio::time::sleep(BACKOFF).await;
         }
     }
+}
+
+/// The longest line delivered whole; the rest of a longer one is dropped, so a pod that
+/// writes without newlines cannot grow a buffer on the async runtime without bound.
+const MAX_LINE: u64 = 64 * 1024;
+
+/// The next line of `reader` (without its newline), at most [`MAX_LINE`] bytes of it;
+/// None at the end.
+async fn next_line<R: futures::AsyncBufRead + Unpin>(
+    reader: &mut R,
+) -> Option<std::io::Result<String>> {
+    use futures::AsyncReadExt;
+    let mut buf = Vec::new();
+    match (&mut *reader)
+        .take(MAX_LINE)
+        .read_until(b'\n', &mut buf)
+        .await
+    {
+        Err(e) => return Some(Err(e)),
+        Ok(0) => return None,
+        Ok(_) => {}
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+    } else if buf.len() as u64 == MAX_LINE {
+        // Skip to the end of the overlong line, holding at most MAX_LINE at a time.
+        loop {
+            let mut rest = Vec::new();
+            match (&mut *reader)
+                .take(MAX_LINE)
+                .read_until(b'\n', &mut rest)
+                .await
+            {
+                Ok(0) => break,
+                Ok(_) if rest.last() == Some(&b'\n') => break,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+    Some(Ok(String::from_utf8_lossy(&buf).into_owned()))
 }
 
 /// Where a followed stream got to: the last delivered line's timestamp and how many
@@ -169,6 +213,29 @@ impl Position {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pod writing without newlines cannot grow the reader's buffer past MAX_LINE.
+    #[tokio::test]
+    async fn overlong_lines_are_cut() {
+        let mut text = b"short\r\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 3 * 64 * 1024 + 5));
+        text.extend(b"\nafter\nlast");
+        let mut reader = futures::io::Cursor::new(text);
+        let mut lines = Vec::new();
+        while let Some(line) = next_line(&mut reader).await {
+            lines.push(line.unwrap());
+        }
+        assert_eq!(
+            lines.len(),
+            4,
+            "{:?}",
+            lines.iter().map(String::len).collect::<Vec<_>>()
+        );
+        assert_eq!(lines[0], "short");
+        assert_eq!(lines[1].len(), 64 * 1024);
+        assert_eq!(lines[2], "after");
+        assert_eq!(lines[3], "last");
+    }
 
     #[test]
     fn a_reconnection_drops_the_lines_already_delivered() {
