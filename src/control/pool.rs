@@ -379,7 +379,10 @@ fn run(inner: &Inner, number: usize) {
             idle_since = Instant::now();
             continue;
         }
-        if state.alive > inner.size && idle_since.elapsed() >= EXTRA_IDLE {
+        // Threads parked for good by a script's memory overrun (script::memory) never
+        // serve again: they do not count toward the threads kept.
+        let serving = state.alive.saturating_sub(crate::script::memory::parked());
+        if serving > inner.size && idle_since.elapsed() >= EXTRA_IDLE {
             // An extra thread that is no longer needed.
             state.alive -= 1;
             return;

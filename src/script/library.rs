@@ -5,8 +5,8 @@
 //! theirs through a [`Builder`], and the top of the crate composes them
 //! (`crate::library`). So the host never names the layers that extend it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
 use starlark::values::{Heap, Value};
@@ -27,6 +27,8 @@ pub struct Library {
     modules: Vec<(&'static str, ModuleFn)>,
     signatures: Vec<SignaturesFn>,
     withheld: Option<Withheld>,
+    /// [`Library::reachable`], worked out on first use.
+    reachable: OnceLock<BTreeSet<String>>,
 }
 
 /// What a narrower library leaves out of a fuller one, so that `kite check` can say
@@ -239,28 +241,15 @@ impl Library {
     /// (namespaces, module values, methods), as dotted names: what a script can name.
     /// Computed once per library.
     pub fn reachable(&self) -> &BTreeSet<String> {
-        let cache = REACHABLE.get_or_init(Default::default);
-        let key = std::ptr::from_ref(self) as usize;
-        if let Some(found) = cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key)
-        {
-            return found;
-        }
-        let mut names = BTreeSet::new();
-        Heap::temp(|heap| {
-            for (name, value) in self.globals.iter() {
-                walk(heap, name, value.to_value(), 0, &mut names);
-            }
-        });
-        // Leaked once per library; libraries are statics, so there are at most a few.
-        let names: &'static BTreeSet<String> = Box::leak(Box::new(names));
-        cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, names);
-        names
+        self.reachable.get_or_init(|| {
+            let mut names = BTreeSet::new();
+            Heap::temp(|heap| {
+                for (name, value) in self.globals.iter() {
+                    walk(heap, name, value.to_value(), 0, &mut names);
+                }
+            });
+            names
+        })
     }
 
     /// Adds the signatures the layers registered to `known`.
@@ -270,9 +259,6 @@ impl Library {
         }
     }
 }
-
-/// The reachable names of each library, by address (libraries live in statics).
-static REACHABLE: OnceLock<Mutex<HashMap<usize, &'static BTreeSet<String>>>> = OnceLock::new();
 
 /// Values whose attributes are names of their own (namespaces, module values, values
 /// with methods) are walked; functions and plain data are leaves.
@@ -349,6 +335,7 @@ impl Builder {
             modules: self.modules,
             signatures: self.signatures,
             withheld: self.withheld,
+            reachable: OnceLock::new(),
         }
     }
 }

@@ -86,6 +86,43 @@ impl Printer {
         })
     }
 
+    /// The controller a hosted printer speaks for (`namespace/name`); None for `kite run`.
+    pub fn name(&self) -> Option<&str> {
+        self.prefix
+            .as_deref()
+            .map(|p| p.trim_start_matches('[').trim_end_matches("] "))
+    }
+
+    /// Whether one more record (a `log.*` line) may go now, under the same rate as the
+    /// printed lines; always true without a limit.
+    pub fn admit_record(&self, now: Instant) -> bool {
+        let Some(limit) = self.limit else {
+            return true;
+        };
+        let mut b = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * limit.per_second).min(limit.burst);
+        b.at = now;
+        if b.tokens < 1.0 {
+            b.dropped += 1;
+            return false;
+        }
+        b.tokens -= 1.0;
+        true
+    }
+
+    /// `text` as a hosted printer would write it (one line, cut), or unchanged.
+    pub fn contain(&self, text: &str) -> String {
+        if self.limit.is_some() {
+            contained(text)
+        } else {
+            text.to_owned()
+        }
+    }
+
     /// The lines to write for `text` now: none when over the rate, and a note on what
     /// was dropped once lines flow again.
     fn admit(&self, text: &str, now: Instant) -> Vec<String> {

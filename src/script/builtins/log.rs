@@ -113,18 +113,28 @@ fn attrs_of(call: &str, attrs: Value) -> anyhow::Result<Map<String, Json>> {
     Ok(fields)
 }
 
-/// Writes one script line through kite's logger; `level` indexes [`LEVELS`].
-fn write(level: u8, at: &str, msg: &str, fields: &Map<String, Json>) {
+/// Writes one script line through kite's logger; `level` indexes [`LEVELS`]. A hosted
+/// script's records share its `print()` rate, are one line each, and name their
+/// controller (`controller=namespace/name`).
+fn write(eval: &Evaluator<'_, '_, '_>, level: u8, msg: &str, fields: &Map<String, Json>) {
+    let at = call_site(eval);
+    let printer = Host::of(eval).ok().map(|h| &h.printer);
+    if printer.is_some_and(|p| !p.admit_record(std::time::Instant::now())) {
+        return;
+    }
+    let controller = printer.and_then(crate::script::printer::Printer::name);
+    let msg = printer.map_or_else(|| msg.to_owned(), |p| p.contain(msg));
     let attrs = if fields.is_empty() {
         String::new()
     } else {
-        Json::Object(fields.clone()).to_string()
+        let text = Json::Object(fields.clone()).to_string();
+        printer.map_or(text.clone(), |p| p.contain(&text))
     };
     match level {
-        0 => tracing::debug!(target: "script", at, attrs, "{msg}"),
-        1 => tracing::info!(target: "script", at, attrs, "{msg}"),
-        2 => tracing::warn!(target: "script", at, attrs, "{msg}"),
-        _ => tracing::error!(target: "script", at, attrs, "{msg}"),
+        0 => tracing::debug!(target: "script", at, controller, attrs, "{msg}"),
+        1 => tracing::info!(target: "script", at, controller, attrs, "{msg}"),
+        2 => tracing::warn!(target: "script", at, controller, attrs, "{msg}"),
+        _ => tracing::error!(target: "script", at, controller, attrs, "{msg}"),
     }
 }
 
@@ -142,7 +152,7 @@ fn emit(
     };
     let host = Host::of(eval)?;
     if level >= host.ext::<Threshold>().0.load(Ordering::Relaxed) {
-        write(level, &call_site(eval), msg, &fields);
+        write(eval, level, msg, &fields);
     }
     Ok(NoneType)
 }
@@ -352,6 +362,12 @@ pub(crate) mod tests {
 
     /// Runs `code` and returns its result with the `script` lines it logged (as JSON).
     pub(crate) fn logged(code: &str) -> (Result<String, String>, Vec<Json>) {
+        capture(|| eval(code))
+    }
+
+    fn capture(
+        run: impl FnOnce() -> Result<String, String>,
+    ) -> (Result<String, String>, Vec<Json>) {
         let sink = Sink::default();
         let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -359,7 +375,7 @@ pub(crate) mod tests {
             .with_max_level(tracing::Level::TRACE)
             .with_writer(move || writer.clone())
             .finish();
-        let out = tracing::subscriber::with_default(subscriber, || eval(code));
+        let out = tracing::subscriber::with_default(subscriber, run);
         let bytes = sink
             .0
             .lock()
@@ -385,6 +401,24 @@ pub(crate) mod tests {
                 )
             })
             .collect()
+    }
+
+    /// A hosted script's records name their controller, are one line each, and share
+    /// its print rate (a burst of 100).
+    #[test]
+    fn hosted_records_are_tagged_contained_and_limited() {
+        let code =
+            "log.info('a\\n[other/victim] forged')\nfor i in range(300):\n    log.info('x')\n";
+        let (out, lines) =
+            capture(|| crate::script::builtins::testing::eval_hosted("team/c", code));
+        assert!(out.is_ok(), "{out:?}");
+        assert_eq!(lines[0]["fields"]["controller"], "team/c", "{:?}", lines[0]);
+        assert_eq!(
+            lines[0]["fields"]["message"], "a\\n[other/victim] forged",
+            "{:?}",
+            lines[0]
+        );
+        assert!(lines.len() <= 110, "{} records", lines.len());
     }
 
     #[test]

@@ -36,13 +36,31 @@ pub(crate) mod testing {
     }
 
     fn run(vars: Vars, permissions: Permissions, code: &str) -> Result<String, String> {
+        run_as(vars, permissions, None, code)
+    }
+
+    /// Runs `code` as a hosted controller named `name` prints and logs.
+    pub fn eval_hosted(name: &str, code: &str) -> Result<String, String> {
+        run_as(Vars::default(), Permissions::default(), Some(name), code)
+    }
+
+    fn run_as(
+        vars: Vars,
+        permissions: Permissions,
+        hosted: Option<&str>,
+        code: &str,
+    ) -> Result<String, String> {
         // Multi-threaded: a handle drives timers (time.sleep, retry) only on one.
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let host = Host::new(Library::standard(), vars, permissions, rt.handle().clone());
+        let mut host = Host::new(Library::standard(), vars, permissions, rt.handle().clone());
+        if let Some(name) = hosted {
+            host.printer =
+                crate::script::printer::Printer::hosted(name, crate::script::printer::HOSTED);
+        }
         Module::with_temp_heap(|module| {
             let ast = AstModule::parse("test.star", code.to_owned(), &Dialect::Extended)
                 .map_err(|e| e.to_string())?;

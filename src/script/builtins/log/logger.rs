@@ -18,7 +18,6 @@ use starlark::values::none::{NoneOr, NoneType};
 use starlark::values::{NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
 
 use super::{LEVELS, attrs_of, write};
-use crate::script::host::call_site;
 
 /// A logger made by `log.logger(...)` or derived from one.
 #[derive(Debug, Clone, ProvidesStaticType, NoSerialize, Allocative)]
@@ -80,7 +79,7 @@ impl Logger {
             Some(v) => attrs_of(&call, v)?,
         };
         if level >= self.threshold {
-            write(level, &call_site(eval), msg, &self.fields(attrs));
+            write(eval, level, msg, &self.fields(attrs));
         }
         Ok(NoneType)
     }
