@@ -430,6 +430,20 @@ mod tests {
             b.tells = true;
             Arc::new(b)
         }
+
+        /// [`telling`](Busy::telling), counting into `running` and `most` shared with
+        /// other sources (one namespace's controllers).
+        fn telling_with(
+            jobs: usize,
+            each: Duration,
+            running: &Arc<AtomicUsize>,
+            most: &Arc<AtomicUsize>,
+        ) -> Arc<Self> {
+            let mut b = Arc::into_inner(Busy::telling(jobs, each)).unwrap();
+            b.running = running.clone();
+            b.most = most.clone();
+            Arc::new(b)
+        }
     }
 
     impl Source for Busy {
@@ -505,21 +519,19 @@ mod tests {
     fn a_tenant_holds_no_more_than_its_share() {
         let pool = Pool::new(2, 6, "t").unwrap();
         // Several controllers of one namespace, each allowed every thread.
+        let (running, most) = (Arc::default(), Arc::default());
         let hogs: Vec<Arc<Busy>> = (0..3)
-            .map(|_| Busy::telling(40, Duration::from_millis(300)))
+            .map(|_| Busy::telling_with(40, Duration::from_secs(1), &running, &most))
             .collect();
         for h in &hogs {
             pool.join_group(h.clone(), 6, Some("greedy"));
         }
-        let running = || {
-            hogs.iter()
-                .map(|h| h.running.load(Ordering::SeqCst))
-                .sum::<usize>()
-        };
-        // Alone, the namespace grows into half the pool's cap, no further.
-        wait_until("the tenant at its share", || running() == group_limit(6, 1));
-        std::thread::sleep(Duration::from_millis(700));
-        assert!(running() <= group_limit(6, 1), "{} running", running());
+        // Alone, the namespace grows into half the pool's cap, no further: the pool
+        // grows a spare thread (every thread was busy), which the tenant may not take.
+        wait_until("the tenant at its share", || {
+            running.load(Ordering::SeqCst) == group_limit(6, 1)
+        });
+        wait_until("a spare thread", || pool.alive() > group_limit(6, 1));
         let neighbour = Busy::telling(1, Duration::ZERO);
         let started = Instant::now();
         pool.join_group(neighbour.clone(), 1, Some("neighbour"));
@@ -531,6 +543,8 @@ mod tests {
             waited < Duration::from_secs(1),
             "the neighbour waited {waited:?}"
         );
+        let held = most.load(Ordering::SeqCst);
+        assert!(held <= group_limit(6, 1), "the tenant held {held} threads");
         let left: usize = hogs.iter().map(|h| h.left.load(Ordering::SeqCst)).sum();
         assert!(
             left > 60,

@@ -84,6 +84,27 @@ pub fn too_deep(file: &str, text: &str) -> Option<String> {
                 }
             }
             c if c.is_whitespace() => {}
+            c if c.is_alphabetic() || c == '_' => {
+                let mut word = String::from(c);
+                while let Some(&n) = chars.peek() {
+                    if !(n.is_alphanumeric() || n == '_') {
+                        break;
+                    }
+                    word.push(n);
+                    chars.next();
+                    col += 1;
+                }
+                if word == "not" {
+                    prefix_run += 1;
+                    if prefix_run > MAX_NESTING {
+                        return Some(format!(
+                            "{file}:{line}:{col}: more than {MAX_NESTING} operators in a row"
+                        ));
+                    }
+                } else {
+                    prefix_run = 0;
+                }
+            }
             _ => prefix_run = 0,
         }
     }
@@ -142,6 +163,14 @@ mod tests {
         assert_eq!(too_deep("a.star", &quoted), None);
         let triple = format!("x = '''\n{}\n'''\ny = 1\n", "{".repeat(500));
         assert_eq!(too_deep("a.star", &triple), None);
+        let nots = format!("x = {}True\n", "not ".repeat(200));
+        assert!(
+            too_deep("a.star", &nots)
+                .unwrap()
+                .contains("operators in a row")
+        );
+        let words = format!("x = [{}]\n", "nothing, not_a, ".repeat(200));
+        assert_eq!(too_deep("a.star", &words), None);
         let unary = format!("x = {}1\n", "- ".repeat(200));
         assert!(
             too_deep("a.star", &unary)

@@ -99,6 +99,12 @@ impl Printer {
         let Some(limit) = self.limit else {
             return true;
         };
+        self.bucket(limit, now).0
+    }
+
+    /// Takes one token from the bucket at `now` (counting a refusal as dropped); the
+    /// answer, and the bucket, still locked, for the caller's note on what was dropped.
+    fn bucket(&self, limit: RateLimit, now: Instant) -> (bool, std::sync::MutexGuard<'_, Bucket>) {
         let mut b = self
             .state
             .lock()
@@ -108,10 +114,10 @@ impl Printer {
         b.at = now;
         if b.tokens < 1.0 {
             b.dropped += 1;
-            return false;
+            return (false, b);
         }
         b.tokens -= 1.0;
-        true
+        (true, b)
     }
 
     /// `text` as a hosted printer would write it (one line, cut), or unchanged.
@@ -131,18 +137,10 @@ impl Printer {
             return vec![format!("{prefix}{text}")];
         };
         let text = contained(text);
-        let mut b = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * limit.per_second).min(limit.burst);
-        b.at = now;
-        if b.tokens < 1.0 {
-            b.dropped += 1;
+        let (admitted, mut b) = self.bucket(limit, now);
+        if !admitted {
             return Vec::new();
         }
-        b.tokens -= 1.0;
         let mut out = Vec::with_capacity(2);
         if b.dropped > 0 {
             out.push(format!(

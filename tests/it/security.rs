@@ -46,19 +46,7 @@ async fn tenant(ns: &str) -> String {
 /// `kubectl create` of `obj` as the tenant `user` (create, not apply: apply would copy
 /// a large script into the last-applied annotation, which the API server caps).
 async fn create_as(user: &str, obj: &Json) -> std::process::Output {
-    kubectl_stdin(
-        &[
-            "create",
-            "--as",
-            user,
-            "--as-group",
-            "kite:authors",
-            "-f",
-            "-",
-        ],
-        &obj.to_string(),
-    )
-    .await
+    author_sends("create", user, obj).await
 }
 
 /// The status and every event of `name`, as text: where a leak would show.

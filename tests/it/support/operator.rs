@@ -304,16 +304,13 @@ pub async fn generated_name(ns: &str, name: &str) -> String {
 
 /// `kubectl apply` of `obj` as `user`; the output.
 pub async fn apply_as(user: &str, obj: &Json) -> std::process::Output {
+    author_sends("apply", user, obj).await
+}
+
+/// `kubectl <verb> -f -` of `obj` as `user` (in the group kite:authors); the output.
+pub async fn author_sends(verb: &str, user: &str, obj: &Json) -> std::process::Output {
     kubectl_stdin(
-        &[
-            "apply",
-            "--as",
-            user,
-            "--as-group",
-            "kite:authors",
-            "-f",
-            "-",
-        ],
+        &[verb, "--as", user, "--as-group", "kite:authors", "-f", "-"],
         &obj.to_string(),
     )
     .await
