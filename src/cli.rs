@@ -120,6 +120,10 @@ pub struct OperatorArgs {
     /// At most one status write per StarlarkController this often.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub status_period: std::time::Duration,
+    /// How often a running controller's author is checked again (deleted, or refused by
+    /// a SubjectAccessReview now), as are its approval's age and its read access.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub recheck_period: std::time::Duration,
     /// The shortest poll, resync, backoff or requeue a hosted controller may use.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub min_period: std::time::Duration,
@@ -133,6 +137,10 @@ pub struct OperatorArgs {
     /// use, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u32).range(16..=65536))]
     pub script_memory: u32,
+    /// The memory one namespace's hosted controllers may keep between reconciles (the
+    /// values their scripts' top levels left, and 256 KiB of kite's own each), in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1048576))]
+    pub namespace_memory: u32,
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,

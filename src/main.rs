@@ -119,6 +119,8 @@ fn operator(args: OperatorArgs) -> ExitCode {
                 overrun: kite::Overrun::Park,
             },
             status_period: args.status_period,
+            recheck_period: args.recheck_period,
+            namespace_memory: (args.namespace_memory as usize) << 20,
             grace: args.grace_period,
             webhook_bind: std::net::SocketAddr::new(args.webhook_bind, args.webhook_port),
             webhook_service: args.webhook_service.clone(),
@@ -279,6 +281,7 @@ fn run(args: RunArgs) -> ExitCode {
             handoff,
             module,
             positions,
+            ..
         }) if kite::WebhookRequest::in_handoff(&handoff) => {
             let opts = kite::StandaloneOptions {
                 handler_budget: args.handler_timeout,
@@ -292,6 +295,7 @@ fn run(args: RunArgs) -> ExitCode {
             handoff,
             module,
             positions,
+            ..
         }) => match ControlRequest::from_handoff(handoff)
             .and_then(|request| Ok((request, Handlers::of_script(module, positions)?)))
         {

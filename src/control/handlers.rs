@@ -258,7 +258,23 @@ pub fn call<T>(
     stop: &Cancel,
     decode: impl for<'v> FnOnce(Value<'v>) -> Result<T>,
 ) -> Result<T> {
-    let deadline = Instant::now() + budget;
+    // A call made inside another (a `k8s.testing` reconcile inside a `kite test` test)
+    // ends with the outer one's budget too, and stops when it is stopped.
+    let outer = budget::current();
+    let mut deadline = Instant::now() + budget;
+    let mut stop = stop.clone();
+    let mut budget = budget;
+    if let Some(outer) = outer {
+        if outer.deadline < deadline {
+            deadline = outer.deadline;
+            budget = deadline.saturating_duration_since(Instant::now());
+        }
+        if let Some(outer_stop) = outer.stop {
+            let inner = stop;
+            stop = Cancel::new(move || inner.is_set() || outer_stop.is_set());
+        }
+    }
+    let stop = &stop;
     let over_budget = AtomicBool::new(false);
     let over_memory = AtomicBool::new(false);
     let scope = Budget {

@@ -7,6 +7,14 @@
 //! every thread has been busy for a while, the pool grows by one thread at a time, up to
 //! a hard cap, so stuck scripts cannot starve the others; the extra threads leave once
 //! idle.
+//!
+//! Some threads are lost to a job that never ends: a hosted script that asked for more
+//! memory at once than its budget has its thread parked for good
+//! (`script::memory::Overrun::Park`), and one stuck in a single builtin (a regexp, a
+//! deep comparison) does not look at its deadline. The pool tells such threads apart
+//! ([`parked`]), replaces them, holds the controller, and holds its whole group
+//! (namespace) once it has lost [`parked::GROUP_LIMIT`] threads, so that the memory
+//! and CPU they keep stay bounded per tenant.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -14,12 +22,23 @@ use std::time::{Duration, Instant};
 
 use super::queue::Waker;
 
+mod parked;
+pub use parked::Held;
+
 /// Work a pool serves: one controller's queue.
 pub trait Source: Send + Sync {
     /// A job for one ready key, or `None` when nothing may run now.
     fn take(&self) -> Option<Box<dyn FnOnce() + Send>>;
     /// How long until a delayed key is due.
     fn next_due_in(&self) -> Option<Duration>;
+    /// Told once, on a pool thread, when this member gets no more jobs for good (see
+    /// [`Held`]); it should say so where its owner looks.
+    fn held(&self, _why: Held) {}
+    /// How long one of its jobs may run: one still running [`parked::MARGIN`] past it
+    /// is stuck, and its thread lost (only for members of a group). None: no limit.
+    fn budget(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The longest a waiting thread sleeps without news (a missed due time costs at most this).
@@ -27,6 +46,10 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// Every thread busy for this long means they are stuck, not just busy: add one.
 const STALL: Duration = Duration::from_millis(200);
+
+/// The longest [`Pool::shut_down`] waits for running jobs to end (their owners have
+/// had their grace period and cancelled them before).
+const SHUT_DOWN_WAIT: Duration = Duration::from_secs(10);
 
 /// An extra thread idle this long leaves.
 const EXTRA_IDLE: Duration = Duration::from_secs(5);
@@ -54,25 +77,38 @@ struct Inner {
     wake: Condvar,
     /// A job finished (for [`Pool::wait_idle`]).
     idle: Condvar,
-    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Each thread with its tag (`script::memory::tag_thread`).
+    threads: Mutex<Vec<(u64, std::thread::JoinHandle<()>)>>,
     /// The threads kept whatever the load.
     size: usize,
     /// The most threads there may be, extra ones included.
     cap: usize,
+    /// How far past its budget a job must run to be stuck ([`parked::MARGIN`]).
+    margin: Duration,
     name: String,
 }
 
 #[derive(Default)]
 struct State {
     members: Vec<Member>,
-    /// Threads alive, and when each busy one started its job (by thread number).
+    /// Threads alive (parked ones included), and each busy one's job (by thread number).
     alive: usize,
-    started: std::collections::HashMap<usize, Instant>,
+    started: std::collections::HashMap<usize, Busy>,
+    /// What parked threads did to members and groups.
+    parked: parked::Parked,
     next_thread: usize,
     /// Where the next search starts: the member after the last one served.
     cursor: usize,
     next_id: u64,
     shut_down: bool,
+}
+
+/// A running job: when it started, its thread's tag and kernel id, and its member.
+struct Busy {
+    since: Instant,
+    tag: u64,
+    tid: Option<i32>,
+    member: u64,
 }
 
 struct Member {
@@ -85,6 +121,13 @@ struct Member {
     in_flight: usize,
     /// Removed: takes no new jobs, and goes once its last one ends.
     leaving: bool,
+    /// Its jobs whose threads are lost (parked for good, or stuck past its budget).
+    lost: usize,
+    /// How long one of its jobs may run, for a member of a group.
+    budget: Option<Duration>,
+    /// Gets no more jobs for good, and whether it was told (see [`Held`]).
+    held: Option<Held>,
+    told: bool,
 }
 
 impl Pool {
@@ -94,6 +137,14 @@ impl Pool {
     /// # Errors
     /// A thread that could not be spawned (those already started are stopped).
     pub fn new(size: usize, cap: usize, name: &str) -> std::io::Result<Self> {
+        Self::with_margin(size, cap, name, parked::MARGIN)
+    }
+
+    /// [`new`](Pool::new), where a job is stuck `margin` past its budget.
+    ///
+    /// # Errors
+    /// As [`new`](Pool::new).
+    fn with_margin(size: usize, cap: usize, name: &str, margin: Duration) -> std::io::Result<Self> {
         let size = size.max(1);
         let pool = Pool {
             inner: Arc::new(Inner {
@@ -103,6 +154,7 @@ impl Pool {
                 threads: Mutex::default(),
                 size,
                 cap: cap.max(size),
+                margin,
                 name: name.to_owned(),
             }),
         };
@@ -118,7 +170,7 @@ impl Pool {
                 .name(format!("{name}-watch"))
                 .spawn(move || watch_stalls(&inner));
             match watcher {
-                Ok(t) => pool.threads().push(t),
+                Ok(t) => pool.inner.threads().push((0, t)),
                 Err(e) => {
                     pool.shut_down();
                     return Err(e);
@@ -146,13 +198,20 @@ impl Pool {
         let mut state = self.inner.lock();
         let id = state.next_id;
         state.next_id += 1;
+        let group: Option<Arc<str>> = group.map(Arc::from);
+        let held = group.as_ref().and_then(|g| state.parked.group_held(g));
+        let budget = group.as_ref().and_then(|_| source.budget());
         state.members.push(Member {
             id,
             source,
-            group: group.map(Arc::from),
+            group,
             limit: limit.max(1),
             in_flight: 0,
             leaving: false,
+            lost: 0,
+            budget,
+            held,
+            told: false,
         });
         drop(state);
         self.inner.wake.notify_all();
@@ -172,7 +231,8 @@ impl Pool {
     }
 
     /// Stops handing `id` new jobs and waits up to `timeout` for its running ones to end;
-    /// true when none is left (it is then gone from the pool).
+    /// true when none is left (it is then gone from the pool). Jobs on lost threads
+    /// (parked, or stuck past the budget) are not waited for.
     pub fn leave(&self, id: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = self.inner.lock();
@@ -181,7 +241,8 @@ impl Pool {
                 return true;
             };
             state.members[pos].leaving = true;
-            if state.members[pos].in_flight == 0 {
+            let member = &state.members[pos];
+            if member.in_flight == member.lost {
                 state.members.remove(pos);
                 return true;
             }
@@ -209,19 +270,29 @@ impl Pool {
             .map_or(0, |m| m.in_flight)
     }
 
-    /// Stops the threads once their current jobs end, and waits for them. Must not be
-    /// called from a pool thread.
+    /// Stops the threads once their current jobs end, and waits for them: not for
+    /// parked ones, which never end, and for the others at most [`SHUT_DOWN_WAIT`]
+    /// (a job stuck in a builtin that ignores its deadline is left behind). Must not
+    /// be called from a pool thread.
     pub fn shut_down(&self) {
         self.inner.lock().shut_down = true;
         self.inner.wake.notify_all();
-        let threads = std::mem::take(&mut *self.threads());
-        for t in threads {
-            let _ = t.join();
+        let threads = std::mem::take(&mut *self.inner.threads());
+        let deadline = Instant::now() + SHUT_DOWN_WAIT;
+        for (tag, t) in threads {
+            // A thread parked while we waited for another is still seen here: it was
+            // recorded before it stopped for good.
+            while !t.is_finished() && !crate::script::memory::is_parked(tag) {
+                if Instant::now() >= deadline {
+                    tracing::warn!(pool = %self.inner.name, "a worker thread is still in a job; leaving it behind");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
-    }
-
-    fn threads(&self) -> MutexGuard<'_, Vec<std::thread::JoinHandle<()>>> {
-        self.inner.threads()
     }
 
     /// Threads alive now (extra ones included, the stall watcher not).
@@ -231,6 +302,9 @@ impl Pool {
     }
 }
 
+/// Tags of pool threads, unique in the process (0 is "none").
+static NEXT_TAG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Starts one more pool thread.
 fn spawn(inner: &Arc<Inner>) -> std::io::Result<()> {
     let number = {
@@ -239,16 +313,20 @@ fn spawn(inner: &Arc<Inner>) -> std::io::Result<()> {
         state.next_thread += 1;
         state.next_thread - 1
     };
+    let tag = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let me = inner.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("{}-{number}", inner.name))
-        .spawn(move || run(&me, number));
+        .spawn(move || {
+            crate::script::memory::tag_thread(tag);
+            run(&me, number, tag, crate::script::priority::thread_id());
+        });
     match spawned {
         Ok(t) => {
             let mut threads = inner.threads();
             // Extra threads come and go: forget the ones that ended.
-            threads.retain(|t| !t.is_finished());
-            threads.push(t);
+            threads.retain(|(_, t)| !t.is_finished());
+            threads.push((tag, t));
             Ok(())
         }
         Err(e) => {
@@ -265,15 +343,23 @@ fn watch_stalls(inner: &std::sync::Weak<Inner>) {
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        let stalled = {
-            let state = inner.lock();
+        let (stalled, tell) = {
+            let mut state = inner.lock();
             if state.shut_down {
                 return;
             }
-            state.started.len() >= state.alive
-                && state.alive < inner.cap
-                && state.started.values().all(|t| t.elapsed() >= STALL)
+            let tell = parked::look(&mut state, Some(inner.margin));
+            // Lost threads do not serve: the pool replaces them, up to as many again as
+            // its cap (past that, the memory and CPU they keep are the limit).
+            let parked = state.parked.threads();
+            let serving = state.alive - parked;
+            let stalled = state.started.len() >= state.alive
+                && serving < inner.cap
+                && parked <= inner.cap
+                && state.started.values().all(|b| b.since.elapsed() >= STALL);
+            (stalled, tell)
         };
+        parked::tell(tell);
         if stalled {
             let _ = spawn(&inner);
         }
@@ -285,7 +371,7 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn threads(&self) -> MutexGuard<'_, Vec<std::thread::JoinHandle<()>>> {
+    fn threads(&self) -> MutexGuard<'_, Vec<(u64, std::thread::JoinHandle<()>)>> {
         self.threads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -330,7 +416,10 @@ fn pick(state: &mut State, cap: usize) -> Option<(u64, Box<dyn FnOnce() + Send>)
     for i in 0..n {
         let at = (state.cursor + i) % n;
         let m = &mut state.members[at];
-        if m.leaving || m.in_flight >= m.limit || m.group.as_ref().is_some_and(|g| full.contains(g))
+        if m.leaving
+            || m.held.is_some()
+            || m.in_flight >= m.limit
+            || m.group.as_ref().is_some_and(|g| full.contains(g))
         {
             continue;
         }
@@ -350,14 +439,14 @@ fn wait_for(state: &State, cap: usize) -> Duration {
     state
         .members
         .iter()
-        .filter(|m| !m.leaving && m.in_flight < m.limit)
+        .filter(|m| !m.leaving && m.held.is_none() && m.in_flight < m.limit)
         .filter(|m| !m.group.as_ref().is_some_and(|g| full.contains(g)))
         .filter_map(|m| m.source.next_due_in())
         .min()
         .map_or(IDLE_WAIT, |d| d.clamp(Duration::from_millis(1), IDLE_WAIT))
 }
 
-fn run(inner: &Inner, number: usize) {
+fn run(inner: &Inner, number: usize, tag: u64, tid: Option<i32>) {
     let mut state = inner.lock();
     let mut idle_since = Instant::now();
     loop {
@@ -365,23 +454,44 @@ fn run(inner: &Inner, number: usize) {
             state.alive -= 1;
             return;
         }
+        let tell = parked::look(&mut state, None);
+        if !tell.is_empty() {
+            drop(state);
+            parked::tell(tell);
+            state = inner.lock();
+            continue;
+        }
         if let Some((id, job)) = pick(&mut state, inner.cap) {
-            state.started.insert(number, Instant::now());
+            let busy = Busy {
+                since: Instant::now(),
+                tag,
+                tid,
+                member: id,
+            };
+            state.started.insert(number, busy);
             drop(state);
             // Jobs catch their own panics; this keeps the pool's count right regardless.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
             state = inner.lock();
             state.started.remove(&number);
+            let lost = state.parked.found(number);
             if let Some(m) = state.members.iter_mut().find(|m| m.id == id) {
                 m.in_flight -= 1;
+                m.lost -= usize::from(lost);
             }
             inner.idle.notify_all();
+            if lost {
+                // A stuck job that ended after all: its thread runs at the lowest
+                // priority now, which it cannot undo, so it goes.
+                state.alive -= 1;
+                return;
+            }
             idle_since = Instant::now();
             continue;
         }
         // Threads parked for good by a script's memory overrun (script::memory) never
         // serve again: they do not count toward the threads kept.
-        let serving = state.alive.saturating_sub(crate::script::memory::parked());
+        let serving = state.alive.saturating_sub(state.parked.threads());
         if serving > inner.size && idle_since.elapsed() >= EXTRA_IDLE {
             // An extra thread that is no longer needed.
             state.alive -= 1;
@@ -397,238 +507,4 @@ fn run(inner: &Inner, number: usize) {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use super::*;
-
-    /// A source of `jobs` sleeping `each`, counting how many run at once.
-    struct Busy {
-        left: AtomicUsize,
-        running: Arc<AtomicUsize>,
-        most: Arc<AtomicUsize>,
-        done: Arc<AtomicUsize>,
-        each: Duration,
-        /// Says when it has a job ready, as a work queue does.
-        tells: bool,
-    }
-
-    impl Busy {
-        fn new(jobs: usize, each: Duration) -> Arc<Self> {
-            Arc::new(Busy {
-                left: AtomicUsize::new(jobs),
-                running: Arc::default(),
-                most: Arc::default(),
-                done: Arc::default(),
-                each,
-                tells: false,
-            })
-        }
-
-        fn telling(jobs: usize, each: Duration) -> Arc<Self> {
-            let mut b = Arc::into_inner(Busy::new(jobs, each)).unwrap();
-            b.tells = true;
-            Arc::new(b)
-        }
-
-        /// [`telling`](Busy::telling), counting into `running` and `most` shared with
-        /// other sources (one namespace's controllers).
-        fn telling_with(
-            jobs: usize,
-            each: Duration,
-            running: &Arc<AtomicUsize>,
-            most: &Arc<AtomicUsize>,
-        ) -> Arc<Self> {
-            let mut b = Arc::into_inner(Busy::telling(jobs, each)).unwrap();
-            b.running = running.clone();
-            b.most = most.clone();
-            Arc::new(b)
-        }
-    }
-
-    impl Source for Busy {
-        fn take(&self) -> Option<Box<dyn FnOnce() + Send>> {
-            self.left
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| l.checked_sub(1))
-                .ok()?;
-            let (running, most, done, each) = (
-                self.running.clone(),
-                self.most.clone(),
-                self.done.clone(),
-                self.each,
-            );
-            Some(Box::new(move || {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                std::thread::sleep(each);
-                running.fetch_sub(1, Ordering::SeqCst);
-                done.fetch_add(1, Ordering::SeqCst);
-            }))
-        }
-
-        fn next_due_in(&self) -> Option<Duration> {
-            (self.tells && self.left.load(Ordering::SeqCst) > 0).then_some(Duration::ZERO)
-        }
-    }
-
-    fn wait_until(what: &str, f: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !f() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    #[test]
-    fn each_member_stays_within_its_limit_and_all_work_is_done() {
-        let pool = Pool::new(4, 4, "t").unwrap();
-        let a = Busy::new(20, Duration::from_millis(5));
-        let b = Busy::new(20, Duration::from_millis(5));
-        pool.join(a.clone(), 1);
-        pool.join(b.clone(), 3);
-        wait_until("every job", || {
-            a.done.load(Ordering::SeqCst) == 20 && b.done.load(Ordering::SeqCst) == 20
-        });
-        assert_eq!(a.most.load(Ordering::SeqCst), 1);
-        assert!(b.most.load(Ordering::SeqCst) <= 3);
-        pool.shut_down();
-    }
-
-    #[test]
-    fn a_busy_member_does_not_starve_the_others() {
-        // Two threads; the hog may use both, yet the quiet member's one job runs while
-        // the hog still has many left.
-        let pool = Pool::new(2, 2, "t").unwrap();
-        let hog = Busy::new(200, Duration::from_millis(5));
-        pool.join(hog.clone(), 2);
-        wait_until("the hog running", || hog.running.load(Ordering::SeqCst) > 0);
-        let quiet = Busy::new(1, Duration::ZERO);
-        let id = pool.join(quiet.clone(), 1);
-        wait_until("the quiet job", || quiet.done.load(Ordering::SeqCst) == 1);
-        assert!(
-            hog.left.load(Ordering::SeqCst) > 100,
-            "the quiet job waited for the hog"
-        );
-        assert!(pool.leave(id, Duration::from_secs(1)));
-        pool.shut_down();
-    }
-
-    /// Issue 26: one tenant's slow handlers hold no more than their share of the pool,
-    /// and a neighbour's job starts while the tenant still has many waiting.
-    #[test]
-    fn a_tenant_holds_no_more_than_its_share() {
-        let pool = Pool::new(2, 6, "t").unwrap();
-        // Several controllers of one namespace, each allowed every thread.
-        let (running, most) = (Arc::default(), Arc::default());
-        let hogs: Vec<Arc<Busy>> = (0..3)
-            .map(|_| Busy::telling_with(40, Duration::from_secs(1), &running, &most))
-            .collect();
-        for h in &hogs {
-            pool.join_group(h.clone(), 6, Some("greedy"));
-        }
-        // Alone, the namespace grows into half the pool's cap, no further: the pool
-        // grows a spare thread (every thread was busy), which the tenant may not take.
-        wait_until("the tenant at its share", || {
-            running.load(Ordering::SeqCst) == group_limit(6, 1)
-        });
-        wait_until("a spare thread", || pool.alive() > group_limit(6, 1));
-        let neighbour = Busy::telling(1, Duration::ZERO);
-        let started = Instant::now();
-        pool.join_group(neighbour.clone(), 1, Some("neighbour"));
-        wait_until("the neighbour's job", || {
-            neighbour.done.load(Ordering::SeqCst) == 1
-        });
-        let waited = started.elapsed();
-        assert!(
-            waited < Duration::from_secs(1),
-            "the neighbour waited {waited:?}"
-        );
-        let held = most.load(Ordering::SeqCst);
-        assert!(held <= group_limit(6, 1), "the tenant held {held} threads");
-        let left: usize = hogs.iter().map(|h| h.left.load(Ordering::SeqCst)).sum();
-        assert!(
-            left > 60,
-            "the neighbour waited for the tenant ({left} left)"
-        );
-        pool.shut_down();
-    }
-
-    #[test]
-    fn leaving_waits_for_running_jobs_and_takes_no_new_ones() {
-        let pool = Pool::new(2, 2, "t").unwrap();
-        let slow = Busy::new(10, Duration::from_millis(100));
-        let id = pool.join(slow.clone(), 2);
-        wait_until("a job running", || slow.running.load(Ordering::SeqCst) > 0);
-        assert!(
-            !pool.leave(id, Duration::from_millis(1)),
-            "a job is still running"
-        );
-        assert!(pool.leave(id, Duration::from_secs(5)));
-        assert_eq!(pool.in_flight(id), 0);
-        let left = slow.left.load(Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(150));
-        assert_eq!(
-            slow.left.load(Ordering::SeqCst),
-            left,
-            "no job started after leaving"
-        );
-        pool.shut_down();
-    }
-
-    #[test]
-    fn stuck_jobs_grow_the_pool_up_to_its_cap_and_the_extra_threads_leave() {
-        let pool = Pool::new(1, 3, "t").unwrap();
-        let stuck = Busy::new(5, Duration::from_secs(1));
-        pool.join(stuck.clone(), 5);
-        let quick = Busy::new(1, Duration::ZERO);
-        pool.join(quick.clone(), 1);
-        // The one thread is stuck; another comes and serves the quick member.
-        wait_until("the quick job", || quick.done.load(Ordering::SeqCst) == 1);
-        wait_until("the cap", || pool.alive() == 3);
-        std::thread::sleep(STALL * 2);
-        assert_eq!(pool.alive(), 3, "never beyond the cap");
-        wait_until("the stuck jobs", || stuck.done.load(Ordering::SeqCst) == 5);
-        let deadline = Instant::now() + EXTRA_IDLE * 3;
-        while pool.alive() > 1 {
-            assert!(
-                Instant::now() < deadline,
-                "extra threads stayed: {}",
-                pool.alive()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        pool.shut_down();
-    }
-
-    #[test]
-    fn a_waker_rouses_an_idle_pool() {
-        struct Gate(Mutex<bool>, Arc<AtomicUsize>);
-        impl Source for Gate {
-            fn take(&self) -> Option<Box<dyn FnOnce() + Send>> {
-                let mut open = self.0.lock().unwrap();
-                if !*open {
-                    return None;
-                }
-                *open = false;
-                let ran = self.1.clone();
-                Some(Box::new(move || {
-                    ran.fetch_add(1, Ordering::SeqCst);
-                }))
-            }
-            fn next_due_in(&self) -> Option<Duration> {
-                None
-            }
-        }
-        let pool = Pool::new(1, 1, "t").unwrap();
-        let gate = Arc::new(Gate(Mutex::new(false), Arc::default()));
-        pool.join(gate.clone(), 1);
-        std::thread::sleep(Duration::from_millis(20));
-        *gate.0.lock().unwrap() = true;
-        let start = Instant::now();
-        (pool.waker())();
-        wait_until("the job", || gate.1.load(Ordering::SeqCst) == 1);
-        // Well before the idle wait would have found it.
-        assert!(start.elapsed() < IDLE_WAIT / 2, "{:?}", start.elapsed());
-        pool.shut_down();
-    }
-}
+mod tests;

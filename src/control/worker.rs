@@ -38,6 +38,15 @@ impl super::pool::Source for QueueSource {
         }
         self.shared.queue.next_due_in()
     }
+
+    fn budget(&self) -> Option<Duration> {
+        Some(self.shared.budget)
+    }
+
+    fn held(&self, why: super::pool::Held) {
+        tracing::error!(controller = %self.shared.name, "{why}");
+        self.shared.metrics.record_error(why.to_string());
+    }
 }
 
 /// Processes one key on a pool thread. Blocking here is fine: it is a plain thread.
@@ -99,6 +108,15 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
                 } else {
                     String::new()
                 };
+                // A controller confined to a namespace reconciles nothing outside it.
+                if let Some(own) = shared.spec.namespace.as_deref()
+                    && own != "*"
+                    && shared.target.resource.namespaced
+                    && namespace != own
+                {
+                    tracing::warn!(controller = %shared.name, kind, related = %key, "watch_related map_func named {namespace}/{name}, outside the controller's namespace {own}; ignored");
+                    continue;
+                }
                 let primary = Key { namespace, name };
                 tracing::debug!(controller = %shared.name, related = %key, primary = %primary, "related change");
                 shared
@@ -113,6 +131,7 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
             }
         }
         Err(e) => {
+            let e = shared.host.printer.contain(&e.to_string());
             tracing::warn!(controller = %shared.name, kind, key = %key, "watch_related map_func failed:\n{e}");
         }
     }
@@ -359,6 +378,9 @@ fn failed(
 
 /// The full error, traceback included, after the one-line reconcile record.
 fn traceback(shared: &Shared, key: &Key, e: &Error) {
+    // A hosted script's error text is its own: one line, escaped and cut (see
+    // `Printer::contain`), so that it cannot forge or flood the operator's log.
+    let e = shared.host.printer.contain(&e.to_string());
     tracing::warn!(controller = %shared.name, key = %key, "handler error for {key}:\n{e}");
 }
 

@@ -96,6 +96,7 @@ pub fn load(
             handoff,
             module,
             positions,
+            ..
         } => (handoff, module, positions),
     };
     if handoff.holds::<ScriptExit>() {

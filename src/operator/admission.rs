@@ -110,11 +110,17 @@ async fn review<K: Tenant>(
     // Whatever the script is (even one that cannot run, whose status would quote it),
     // naming a ConfigMap needs the right to read it. What can run is checked against
     // its author too.
-    let mut wanted = assessment::script_permissions(&cr, &ctx.operator_namespace);
-    if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script.clone()).await {
-        wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
+    // The ConfigMap is checked before the script is even analysed: a refusal quoting
+    // the script (a line, a kind it calls) would show what the requester may not read.
+    let naming = assessment::script_permissions(&cr, &ctx.operator_namespace);
+    let mut denied = first_denied(&ctx.client, &author, &naming).await;
+    if matches!(denied, Ok(None))
+        && let Assessment::Runnable(runnable) = assessment(ctx, &cr, script.clone()).await
+    {
+        let wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
+        denied = first_denied(&ctx.client, &author, &wanted).await;
     }
-    match first_denied(&ctx.client, &author, &wanted).await {
+    match denied {
         Ok(None) => {}
         Ok(Some(message)) => {
             // Someone who could not have written this controller relabels it (or asks

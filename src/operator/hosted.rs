@@ -35,6 +35,8 @@ pub enum Error {
     Start(#[from] crate::control::controller::Error),
     #[error("the script's evaluation thread failed: {0}")]
     Join(String),
+    #[error(transparent)]
+    Quota(#[from] super::quota::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -69,6 +71,8 @@ pub struct Plan {
     pub discovery: crate::k8s::discovery::Discovery,
     /// Whose turn it is to run a top level, per namespace.
     pub turns: Arc<super::turns::Turns>,
+    /// What each namespace's controllers keep in memory.
+    pub quota: Arc<super::quota::Quota>,
 }
 
 /// A running hosted controller.
@@ -78,6 +82,8 @@ pub struct Hosted {
     pub watching: String,
     /// Options the operator ignored, for status (health_port, leader_election).
     pub ignored: Vec<String>,
+    /// The memory it keeps, charged to its namespace until it is dropped.
+    _charge: super::quota::Charge,
 }
 
 /// Evaluates the script as `client`'s identity and starts its controller.
@@ -102,16 +108,27 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         (plan.file_name.clone(), plan.script.clone(), host.clone());
     let turn = plan.turns.turn(&plan.namespace).await;
     // A thread of its own with a deep stack: parsing and compiling recurse per level.
-    let evaluation = crate::script::deep::spawn_deep(move || {
-        let _turn = turn;
-        run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
+    let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let evaluation = crate::script::deep::spawn_deep({
+        let tid = tid.clone();
+        move || {
+            let _turn = turn;
+            if let Some(id) = crate::script::priority::thread_id() {
+                tid.store(id, std::sync::atomic::Ordering::Relaxed);
+            }
+            run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
+        }
     })
     .map_err(Error::Join)?;
     // The budget ends the script; a thread parked for good (memory::Overrun::Park)
-    // never returns, and the controller must not wait for it.
+    // never returns, and one stuck in a builtin that never looks at the deadline may
+    // not for long: the controller does not wait for either, and the stuck one goes on
+    // at the lowest priority (holding its namespace's turn).
     let finished = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation)
         .await
         .map_err(|_| {
+            let id = tid.load(std::sync::atomic::Ordering::Relaxed);
+            crate::script::priority::lowest(Some(id).filter(|id| *id != 0));
             Error::Evaluate(format!(
                 "error: the script's top level did not end within its {}s budget (it asked for more memory at once than its whole limit, or is stuck in a builtin)\n",
                 TOP_LEVEL_BUDGET.as_secs()
@@ -123,10 +140,16 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         handoff,
         module,
         positions,
+        kept,
     } = finished
     else {
         return Err(Error::FindControl);
     };
+    // What the top level left is kept as long as the controller runs: the module's
+    // heap, and the Rust-side parts of its values (a dict's table), which the heap's
+    // own count leaves out.
+    let kept = kept.max(module.frozen_heap().allocated_bytes());
+    let charge = plan.quota.charge(&plan.namespace, kept)?;
     let request = ControlRequest::from_handoff(handoff).map_err(Error::Evaluate)?;
     let handlers = Handlers::of_script(module, positions).map_err(Error::Evaluate)?;
     let mut spec = request.spec;
@@ -167,6 +190,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         controller,
         watching,
         ignored,
+        _charge: charge,
     })
 }
 

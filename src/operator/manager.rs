@@ -58,6 +58,11 @@ pub struct Options {
     pub limits: crate::script::host::Limits,
     /// At most one status write per StarlarkController per period.
     pub status_period: Duration,
+    /// How often a running controller's author, approval and read access are checked
+    /// again.
+    pub recheck_period: Duration,
+    /// The memory one namespace's hosted controllers may keep ([`super::quota`]).
+    pub namespace_memory: usize,
     pub grace: Duration,
     /// Where the admission webhook listens.
     pub webhook_bind: SocketAddr,
@@ -216,6 +221,8 @@ pub async fn run(
         pool: pool.clone(),
         informers: informers.clone(),
         shards: shards.clone(),
+        recheck: opts.recheck_period,
+        quota: super::quota::Quota::new(opts.namespace_memory),
     });
     let tls = Arc::new(Tls::new(&material)?);
     let path = webhook::path(&material.approval_key);

@@ -5,7 +5,8 @@
 //! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
 //! impersonates that account ([`identity`]); a [`decision`] records the outcome.
-//! [`registry`] holds the running controllers, [`status`] what is reported. Hosted
+//! [`registry`] holds the running controllers, [`status`] what is reported, [`quota`]
+//! what each namespace's controllers keep in memory. Hosted
 //! controllers share informers run as the operator, entered through the [`gate`] (their
 //! own account must be allowed to read what they watch); with `--shards auto` the
 //! replicas split the controllers between them ([`shard`]).
@@ -32,6 +33,7 @@ pub mod hosted;
 pub mod identity;
 pub mod manager;
 pub mod metrics_access;
+pub mod quota;
 pub mod reconciler;
 pub mod registration;
 pub mod registry;

@@ -31,8 +31,6 @@ use crate::k8s::discovery::Discovery;
 /// RBAC is removed (the garbage collector cannot remove cluster-scoped objects owned by
 /// a namespaced one).
 pub const FINALIZER: &str = "starkite.io/operator";
-/// How often a running controller's resource is looked at again without a change.
-const RECHECK: Duration = Duration::from_mins(5);
 /// How soon a controller that could not start (an unknown kind, the ceiling) is retried.
 const RETRY: Duration = Duration::from_secs(20);
 
@@ -65,6 +63,11 @@ pub struct Context {
     pub informers: Arc<crate::control::informers::Informers>,
     /// This replica's share of the controllers, with `--shards auto`.
     pub shards: Option<Arc<super::shard::Shards>>,
+    /// How often a running controller's resource is looked at again without a change:
+    /// its author, approval and read access are checked again (`--recheck-period`).
+    pub recheck: Duration,
+    /// What each namespace's running controllers keep in memory.
+    pub quota: Arc<super::quota::Quota>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +165,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         .await
         .map_err(Error::ReadScript)?;
     // The ceiling is part of what was decided: when the administrator changes it, every
-    // controller is checked against it again (at the latest on the next RECHECK).
+    // controller is checked against it again (at the latest on the next ctx.recheck).
     let ceiling = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
         Ok(c) => Ok(c),
         Err(e @ ceiling::Error::FindCeiling(_)) => Err(e.to_string()),
@@ -211,8 +214,8 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     if previous == Some(fingerprint) && !conflict {
         // The author may have lost a permission, or been deleted; the approval may have
         // grown too old. Any of these: decide again, which reports it.
-        let Some(authority) = ctx.registry.authority_due(&key, RECHECK) else {
-            return Ok(Action::requeue(RECHECK));
+        let Some(authority) = ctx.registry.authority_due(&key, ctx.recheck) else {
+            return Ok(Action::requeue(ctx.recheck));
         };
         let gone = match authority::author_gone(&ctx.client, &authority.author).await {
             Ok(gone) => gone.is_some(),
@@ -232,10 +235,10 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
                 // The controller's own account must still be allowed to read what it
                 // watches through the operator's shared informers.
                 let Some(access) = ctx.registry.access(&key) else {
-                    return Ok(Action::requeue(RECHECK));
+                    return Ok(Action::requeue(ctx.recheck));
                 };
                 match access.reauthorize().await {
-                    Ok(()) => return Ok(Action::requeue(RECHECK)),
+                    Ok(()) => return Ok(Action::requeue(ctx.recheck)),
                     Err(e @ crate::control::informers::Error::Review(_)) => {
                         tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "asking again whether it may read what it watches");
                         ctx.registry.author_unchecked(&key);
@@ -349,7 +352,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             d.retry_later()
                 .denied(valid(), "AuthorForbidden", message)
                 .await;
-            return Ok(Action::requeue(RECHECK));
+            return Ok(Action::requeue(ctx.recheck));
         }
         Err(e) => return Err(Error::CheckAuthor(e)),
     }
@@ -381,7 +384,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
                 d.retry_later()
                     .denied(valid(), "IdentityConflict", e.to_string())
                     .await;
-                return Ok(Action::requeue(RECHECK));
+                return Ok(Action::requeue(ctx.recheck));
             }
             Err(e) => return Err(e.into()),
         }
@@ -414,6 +417,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             .access(Some(identity::service_account_user(&home, &sa))),
         discovery: ctx.discovery.clone(),
         turns: ctx.turns.clone(),
+        quota: ctx.quota.clone(),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {
@@ -441,7 +445,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             )
             .await;
             d.finish(Some(h)).await;
-            Ok(Action::requeue(RECHECK))
+            Ok(Action::requeue(ctx.recheck))
         }
         Err(hosted::Error::Evaluate(rendered)) => {
             d.invalid("ScriptError", crate::script::run::summary(&rendered))
@@ -450,10 +454,13 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         }
         Err(e) => {
             let message = e.to_string();
-            d.outcome.conditions =
-                vec![valid(), rbac, Verdict::no("Ready", "StartFailed", &message)];
+            let reason = match e {
+                hosted::Error::Quota(_) => "MemoryQuota",
+                _ => "StartFailed",
+            };
+            d.outcome.conditions = vec![valid(), rbac, Verdict::no("Ready", reason, &message)];
             d.outcome.error = Some(message.clone());
-            d.event(EventType::Warning, "StartFailed", &message).await;
+            d.event(EventType::Warning, reason, &message).await;
             d.retry_later().finish(None).await;
             Ok(Action::requeue(RETRY))
         }

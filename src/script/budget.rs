@@ -82,6 +82,19 @@ pub fn current() -> Option<Budget> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
+/// Whether the call running on this thread has run out of its budget or been stopped:
+/// for builtins that loop in Rust, where the evaluator's own check does not run.
+///
+/// # Errors
+/// [`Interrupted`] once the call must end.
+pub fn check() -> Result<(), Interrupted> {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(b) if b.stop.as_ref().is_some_and(Cancel::is_set) => Err(Interrupted::Stopped),
+        Some(b) if Instant::now() >= b.deadline => Err(Interrupted::OverBudget),
+        _ => Ok(()),
+    })
+}
+
 /// Waits for `fut` on `runtime`, giving up when this thread's budget runs out or its
 /// controller stops. Outside a [`scope`] it simply waits.
 ///

@@ -58,7 +58,50 @@ static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 
 /// Threads parked for good by [`Overrun::Park`].
 pub fn parked() -> usize {
-    PARKED.load(std::sync::atomic::Ordering::Relaxed)
+    PARKED.load(std::sync::atomic::Ordering::Acquire)
+}
+
+thread_local! {
+    /// The tag [`tag_thread`] gave this thread (0: none).
+    static TAG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The tags of parked threads, so that their owner (the worker pool) can tell which of
+/// its threads will never come back. Fixed slots: the allocator may not allocate, and
+/// a full table only means a thread parked without being told apart (it is still
+/// counted by [`parked`]).
+static PARKED_TAGS: [std::sync::atomic::AtomicU64; 256] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 256];
+
+/// Gives this thread a tag (non-zero, unique to the caller) that [`is_parked`] looks
+/// for once the thread is parked.
+pub fn tag_thread(tag: u64) {
+    TAG.with(|t| t.set(tag));
+}
+
+/// True when the thread tagged `tag` is parked for good.
+pub fn is_parked(tag: u64) -> bool {
+    tag != 0
+        && PARKED_TAGS
+            .iter()
+            .any(|t| t.load(std::sync::atomic::Ordering::Acquire) == tag)
+}
+
+/// Records this thread's tag among the parked ones (no allocation, no lock).
+fn record_parked() {
+    use std::sync::atomic::Ordering;
+    let tag = TAG.try_with(Cell::get).unwrap_or(0);
+    if tag != 0 {
+        for slot in &PARKED_TAGS {
+            if slot
+                .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break;
+            }
+        }
+    }
+    PARKED.fetch_add(1, Ordering::Release);
 }
 
 /// Parks this thread for good, in a guard that parks, when `size` alone is more than
@@ -80,7 +123,7 @@ fn park_if_hopeless(size: usize, align: usize) {
         })
         .unwrap_or(false);
     if hopeless {
-        PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        record_parked();
         loop {
             std::thread::park();
         }
@@ -171,6 +214,17 @@ pub fn exhausted() -> bool {
     BUDGET
         .try_with(|b| b.get().is_some_and(|left| left < 0))
         .unwrap_or(false)
+}
+
+/// What this thread has allocated and not freed since the [`guard`] it runs in began
+/// (0 outside one).
+pub fn used() -> usize {
+    let left = BUDGET.try_with(Cell::get).ok().flatten();
+    let limit = LIMIT.try_with(Cell::get).ok().flatten();
+    match (left, limit) {
+        (Some(left), Some((limit, _))) => usize::try_from(limit - left).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// Keeps the panic message of a refused allocation off stderr: the refusal becomes an
@@ -286,6 +340,7 @@ mod tests {
     fn a_hopeless_allocation_parks_the_thread_and_the_process_goes_on() {
         let before = parked();
         let t = std::thread::spawn(|| {
+            tag_thread(0xfeed_0001);
             guard_with(1 << 20, Overrun::Park, || {
                 let s = "x".repeat(1 << 20);
                 // More than the machine has: without parking, the process would abort.
@@ -302,6 +357,9 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert!(!t.is_finished());
+        // Its owner can tell it apart by its tag.
+        assert!(is_parked(0xfeed_0001));
+        assert!(!is_parked(0xfeed_0002) && !is_parked(0));
         // Allocations of the budget's size still go ahead (and are counted).
         assert_eq!(
             guard_with(1 << 20, Overrun::Park, || vec![0u8; 1 << 19].len()),
@@ -324,6 +382,20 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn used_counts_what_is_kept_until_it_is_freed() {
+        assert_eq!(used(), 0, "nothing outside a guard");
+        let r = guard(1 << 30, || {
+            let kept = vec![1u8; 4 << 20];
+            let with = used();
+            drop(kept);
+            (with, used())
+        });
+        let (with, without) = r.unwrap();
+        assert!(with >= 4 << 20, "{with}");
+        assert!(without < 1 << 20, "{without}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod outcome;
 pub mod permissions;
 pub mod printer;
+pub mod priority;
 pub mod profile;
 pub mod run;
 pub mod syntax;

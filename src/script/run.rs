@@ -66,6 +66,9 @@ pub enum Finished {
         module: FrozenModule,
         /// Where each function of the script is defined (`name` to `file:line:col`).
         positions: std::collections::HashMap<String, String>,
+        /// Bytes the evaluation allocated and did not free: what the module keeps,
+        /// its values' Rust-side parts included (0 without the counting allocator).
+        kept: usize,
     },
 }
 
@@ -150,15 +153,21 @@ fn evaluate(
         })
     };
     // Blocking builtins at the top level wake up at the deadline too.
-    let scoped = || match deadline {
-        Some(deadline) => budget::scope(
-            budget::Budget {
-                deadline,
-                stop: None,
-            },
-            evaluate,
-        ),
-        None => evaluate(),
+    let kept = std::cell::Cell::new(0);
+    let scoped = || {
+        let result = match deadline {
+            Some(deadline) => budget::scope(
+                budget::Budget {
+                    deadline,
+                    stop: None,
+                },
+                evaluate,
+            ),
+            None => evaluate(),
+        };
+        // The evaluation's own heap is gone by now: what is left is the frozen module.
+        kept.set(memory::used());
+        result
     };
     // A refused allocation has no position of its own: the script is named instead.
     let result = memory::guard_with(host.limits.memory, host.limits.overrun, scoped)
@@ -189,6 +198,7 @@ fn evaluate(
         handoff,
         module: frozen,
         positions,
+        kept: kept.get(),
     })
 }
 

@@ -120,6 +120,7 @@ impl Driver {
             handoff,
             module,
             positions,
+            ..
         } = finished
         else {
             return Err(Error::FindControl { path: shown });

@@ -27,6 +27,7 @@ mod operator_scale;
 mod parity;
 mod run;
 mod security;
+mod security_limits;
 mod shards;
 mod sharing;
 mod standard;

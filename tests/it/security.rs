@@ -11,13 +11,13 @@ use serde_json::{Value as Json, json};
 
 const T: Duration = Duration::from_secs(30);
 
-const CEILING: &str = r#"[
+pub(crate) const CEILING: &str = r#"[
   {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"]},
   {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
   {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
 ]"#;
 
-fn slc(ns: &str, name: &str, spec: Json) -> Json {
+pub(crate) fn slc(ns: &str, name: &str, spec: Json) -> Json {
     json!({
         "apiVersion": "starkite.io/v1alpha1",
         "kind": "StarlarkController",
@@ -27,7 +27,7 @@ fn slc(ns: &str, name: &str, spec: Json) -> Json {
 }
 
 /// A tenant: may manage StarlarkControllers in `ns` and read Deployments there.
-async fn tenant(ns: &str) -> String {
+pub(crate) async fn tenant(ns: &str) -> String {
     let user = format!("tenant-{ns}");
     grant(
         ns,
@@ -67,7 +67,12 @@ async fn visible(ns: &str, name: &str) -> String {
 }
 
 /// Waits until condition `type_` of `name` has `reason`; the status and its message.
-async fn reason_becomes(ns: &str, name: &str, type_: &str, reason: &str) -> (Json, String) {
+pub(crate) async fn reason_becomes(
+    ns: &str,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> (Json, String) {
     let s = wait_for(&format!("{name}: {type_} {reason}"), T, || async {
         let s = status(ns, name).await;
         (condition(&s, type_)["reason"] == reason).then_some(s)
@@ -366,6 +371,19 @@ async fn scripts_from_configmaps_run_only_as_approved() {
     let out = apply_as(&user, &slc(ns, "peek", from("theirs"))).await;
     let err = refused(&out, &["may not get configmaps"]);
     assert!(!err.contains("TOPSECRET"), "{err}");
+    // Nor when it holds a script that would run: the refusal names the ConfigMap, not
+    // what its script calls.
+    let hidden = "def reconcile(d):\n    k8s.get(\"secret\", \"db-TOPSECRET\", namespace = d.metadata.namespace)\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "theirs-script", "namespace": ns}, "data": {"ctrl.star": hidden}});
+    let out = kubectl_stdin(&["apply", "-f", "-"], &cm.to_string()).await;
+    assert!(out.status.success());
+    let out = apply_as(&user, &slc(ns, "peek2", from("theirs-script"))).await;
+    let err = refused(&out, &["may not get configmaps named theirs-script"]);
+    assert!(
+        !err.contains("TOPSECRET") && !err.contains("secrets") && !err.contains(".star:"),
+        "{err}"
+    );
 
     // Theirs to read: runs, signed by them.
     let reader = "def reconcile(d):\n    k8s.get(\"deployment\", d.metadata.name, namespace = d.metadata.namespace)\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";

@@ -228,3 +228,23 @@ async fn the_testing_controller_follows_related_objects_retries_and_requeues() {
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(stdout.ends_with("3 passed, 0 failed\n"), "{stdout}");
 }
+
+/// Issue 26: a reconcile driven by `k8s.testing` gets the test's budget when that is
+/// shorter than the handler's (60 s): a spinning one ends with the test.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_testing_reconcile_ends_with_the_tests_budget() {
+    let started = std::time::Instant::now();
+    let out = kite_output(
+        &["test", "--timeout", "2s", "tests/scripts/testing_budget"],
+        T,
+    )
+    .await;
+    let took = started.elapsed();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.ends_with("0 passed, 1 failed\n"), "{stdout}");
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the test took {took:?}: {stdout}"
+    );
+}

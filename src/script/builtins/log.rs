@@ -41,9 +41,18 @@ impl Default for Threshold {
     }
 }
 
-/// Whether this script has already been told that a logger's format/output is ignored.
+/// Whether this script has already been told that a setting is ignored, per
+/// [`Setting`]: said once per script, so that a loop of them cannot flood the log.
 #[derive(Default)]
-struct SinkWarned(AtomicBool);
+struct Noted([AtomicBool; 3]);
+
+/// The settings of `log` that kite does not honour.
+#[derive(Clone, Copy)]
+enum Setting {
+    Format = 0,
+    Output = 1,
+    Logger = 2,
+}
 
 /// The index into [`LEVELS`] of `level` (any case; `warning` as upstream accepts it).
 ///
@@ -168,16 +177,26 @@ fn set_level(eval: &Evaluator<'_, '_, '_>, call: &str, level: &str) -> anyhow::R
 
 fn set_format(eval: &Evaluator<'_, '_, '_>, call: &str, format: &str) -> Result<(), String> {
     check_format(call, format)?;
-    let at = call_site(eval);
-    tracing::warn!(target: "script", at, "log.set_format({format:?}) is ignored: kite's --log-format decides the format");
+    if first_note(eval, Setting::Format) {
+        let at = call_site(eval);
+        tracing::warn!(target: "script", at, "log.set_format({format:?}) is ignored: kite's --log-format decides the format");
+    }
     Ok(())
 }
 
 fn set_output(eval: &Evaluator<'_, '_, '_>, call: &str, output: &str) -> Result<(), String> {
     check_output(call, output)?;
-    let at = call_site(eval);
-    tracing::warn!(target: "script", at, "log.set_output({output:?}) is ignored: kite logs to stderr");
+    if first_note(eval, Setting::Output) {
+        let at = call_site(eval);
+        tracing::warn!(target: "script", at, "log.set_output({output:?}) is ignored: kite logs to stderr");
+    }
     Ok(())
+}
+
+/// True the first time a script is told that `setting` is not honoured.
+fn first_note(eval: &Evaluator<'_, '_, '_>, setting: Setting) -> bool {
+    Host::of(eval)
+        .is_ok_and(|h| !h.ext::<Noted>().0[setting as usize].swap(true, Ordering::Relaxed))
 }
 
 /// `log.logger(...)`: checks the settings; says once per script that format and
@@ -193,12 +212,7 @@ fn new_logger(
     check_format(call, format).map_err(anyhow::Error::msg)?;
     check_output(call, output).map_err(anyhow::Error::msg)?;
     let own = format == "text" && output.eq_ignore_ascii_case("stderr");
-    if !own
-        && !Host::of(eval)?
-            .ext::<SinkWarned>()
-            .0
-            .swap(true, Ordering::Relaxed)
-    {
+    if !own && first_note(eval, Setting::Logger) {
         let at = call_site(eval);
         tracing::warn!(target: "script", at, "log.logger(format={format:?}, output={output:?}): kite's --log-format decides the format and logs go to stderr");
     }
@@ -495,6 +509,7 @@ pub(crate) mod tests {
     fn settings_are_accepted_with_a_warning() {
         let (out, lines) = logged(
             "log.set_format('json')\nlog.set_output('stdout')\n\
+             log.set_format('json')\nlog.set_output('stdout')\n\
              log.logger(format = 'json')\nlog.logger(output = 'stdout')\nlog.logger()",
         );
         assert_eq!(

@@ -177,26 +177,55 @@ fn find<'v>(heap: Heap<'v>, re: &Regex, s: &str) -> Value<'v> {
         .map_or(Value::new_none(), |c| heap.alloc(Match::of(re, &c)))
 }
 
-fn find_all<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> Value<'v> {
+/// Matches between two looks at the call's time budget.
+const CHECK_EVERY: usize = 64;
+
+/// Collects `items`, looking at the call's time budget every [`CHECK_EVERY`]: each
+/// search is linear in the text, but the matches of a long text can be as many as its
+/// characters, and the evaluator's own check does not run inside a builtin.
+fn collect_in_budget<T>(items: impl Iterator<Item = T>) -> anyhow::Result<Vec<T>> {
+    let mut out = Vec::new();
+    for (i, item) in items.enumerate() {
+        if i % CHECK_EVERY == 0 {
+            crate::script::budget::check()?;
+        }
+        out.push(item);
+    }
+    Ok(out)
+}
+
+fn find_all<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> anyhow::Result<Value<'v>> {
     let all = re.captures_iter(s).map(|c| Match::of(re, &c));
-    let found: Vec<Match> = match limit(n) {
-        Some(n) => all.take(n).collect(),
-        None => all.collect(),
-    };
-    heap.alloc(AllocList(found))
+    let found = collect_in_budget(all.take(limit(n).unwrap_or(usize::MAX)))?;
+    Ok(heap.alloc(AllocList(found)))
 }
 
-fn replace(re: &Regex, s: &str, repl: &str) -> String {
-    re.replace_all(s, repl).into_owned()
+/// Every match replaced, `$1` and `${name}` expanded (as `Regex::replace_all`), within
+/// the call's budget.
+fn replace(re: &Regex, s: &str, repl: &str) -> anyhow::Result<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut last = 0;
+    for (i, caps) in re.captures_iter(s).enumerate() {
+        if i % CHECK_EVERY == 0 {
+            crate::script::budget::check()?;
+        }
+        // Group 0 is the whole match, always present.
+        let Some(m) = caps.get(0) else { continue };
+        out.push_str(&s[last..m.start()]);
+        caps.expand(repl, &mut out);
+        last = m.end();
+    }
+    out.push_str(&s[last..]);
+    Ok(out)
 }
 
-fn split<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> Value<'v> {
+fn split<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> anyhow::Result<Value<'v>> {
     let parts: Vec<&str> = match limit(n) {
         Some(0) => Vec::new(),
-        Some(n) => re.splitn(s, n).collect(),
-        None => re.split(s).collect(),
+        Some(n) => collect_in_budget(re.splitn(s, n))?,
+        None => collect_in_budget(re.split(s))?,
     };
-    heap.alloc(AllocList(parts))
+    Ok(heap.alloc(AllocList(parts)))
 }
 
 /// `regexp.compile(...)`: a pattern for repeated use.
@@ -244,7 +273,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(default = -1)] n: i32,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        Ok(find_all(heap, pattern_of(this)?, s, n))
+        find_all(heap, pattern_of(this)?, s, n)
     }
 
     /// `s` with every match replaced by `repl` (`$1`, `${name}` expand groups).
@@ -253,7 +282,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = pos)] s: &str,
         #[starlark(require = pos)] repl: &str,
     ) -> anyhow::Result<String> {
-        Ok(replace(pattern_of(this)?, s, repl))
+        replace(pattern_of(this)?, s, repl)
     }
 
     /// `s` split around the matches; `n` limits the parts (-1: all).
@@ -263,7 +292,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(default = -1)] n: i32,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        Ok(split(heap, pattern_of(this)?, s, n))
+        split(heap, pattern_of(this)?, s, n)
     }
 }
 
@@ -319,7 +348,7 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
         let re = or_fail(compile("regexp.find_all", pattern, self::flags(flags)))?;
-        Ok(find_all(heap, &re, s, n))
+        find_all(heap, &re, s, n)
     }
 
     /// `s` with every match of `pattern` replaced by `repl` (`$1`, `${name}` expand).
@@ -330,7 +359,7 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
     ) -> anyhow::Result<String> {
         let re = or_fail(compile("regexp.replace", pattern, self::flags(flags)))?;
-        Ok(replace(&re, s, repl))
+        replace(&re, s, repl)
     }
 
     /// `s` split around the matches of `pattern`; `n` limits the parts (-1: all).
@@ -342,7 +371,7 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
         let re = or_fail(compile("regexp.split", pattern, self::flags(flags)))?;
-        Ok(split(heap, &re, s, n))
+        split(heap, &re, s, n)
     }
 
     /// `pattern` compiled for repeated use.
@@ -396,8 +425,11 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        let outcome = compile("regexp.replace", pattern, self::flags(flags))
-            .map(|re| heap.alloc(replace(&re, s, repl)));
+        // Running out of time is not the script's to catch.
+        let outcome = match compile("regexp.replace", pattern, self::flags(flags)) {
+            Ok(re) => Ok(heap.alloc(replace(&re, s, repl)?)),
+            Err(e) => Err(e),
+        };
         Ok(result(heap, outcome))
     }
 }
@@ -405,6 +437,36 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
 #[cfg(test)]
 mod tests {
     use crate::script::builtins::testing::eval;
+
+    /// Issue 26: iterating the matches of a long text looks at the call's budget (the
+    /// evaluator's own check does not run inside a builtin).
+    #[test]
+    fn many_matches_end_at_the_budget() {
+        use crate::script::budget::{Budget, scope};
+        use std::time::{Duration, Instant};
+        for code in [
+            r#"regexp.replace("a", "a" * 4000000, "b")"#,
+            r#"regexp.find_all("a", "a" * 4000000)"#,
+            r#"regexp.split("a", "a" * 4000000)"#,
+            r#"regexp.compile("a").replace("a" * 4000000, "$0$0")"#,
+        ] {
+            let budget = Budget {
+                deadline: Instant::now(),
+                stop: None,
+            };
+            let e = scope(budget, || eval(code)).unwrap_err();
+            assert!(e.contains("ran out of its time budget"), "{code}: {e}");
+        }
+        // Within the budget, the same calls work, `$0` expanded as replace_all does.
+        let budget = Budget {
+            deadline: Instant::now() + Duration::from_hours(1),
+            stop: None,
+        };
+        let out = scope(budget, || {
+            eval(r#"regexp.replace("(a)(b)?", "xaab", "<$1$2>")"#)
+        });
+        assert_eq!(out.unwrap(), r#""x<a><ab>""#);
+    }
 
     #[test]
     fn functions_as_upstream_documents_them() {

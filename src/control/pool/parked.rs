@@ -1,0 +1,152 @@
+//! Threads a pool has lost to jobs that never end, and what they hold: a thread parked
+//! for good by a script's memory overrun, or one stuck in a single builtin well past
+//! its member's budget (a builtin that does not look at the deadline).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Source, State};
+use crate::script::memory;
+
+/// Threads one group (a namespace) may lose before all its members are held. Each
+/// keeps its memory (up to twice the script budget) until the process restarts, or a
+/// core busy at the lowest priority, so this bounds what one tenant can take that way.
+pub const GROUP_LIMIT: usize = 2;
+
+/// How far past its member's budget a job must still run to count as stuck.
+pub const MARGIN: Duration = Duration::from_secs(30);
+
+/// Why a member gets no more jobs, for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// One of its own handlers asked for more memory at once than its whole budget.
+    Parked,
+    /// One of its own handlers ran past its budget inside one builtin call.
+    Stuck { budget: Duration },
+    /// Its group's controllers have lost this many threads ([`GROUP_LIMIT`] or more).
+    Group { lost: usize },
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Parked => f.write_str(
+                "a handler asked for more memory at once than its whole limit; its thread is held until the operator restarts, and this controller runs no more handlers until it is restarted",
+            ),
+            Held::Stuck { budget } => write!(
+                f,
+                "a handler is still running {}s past its {}s budget, inside one call that does not stop at the deadline; its thread is given up (at the lowest priority), and this controller runs no more handlers until it is restarted",
+                MARGIN.as_secs(),
+                budget.as_secs()
+            ),
+            Held::Group { lost } => write!(
+                f,
+                "handlers of this namespace's controllers were parked for their memory or stuck past their budget {lost} times; their threads are held until the operator restarts, and no controller of this namespace runs handlers until then",
+            ),
+        }
+    }
+}
+
+/// The pool's record of its lost threads.
+#[derive(Default)]
+pub(super) struct Parked {
+    /// Pool thread numbers lost (parked, or stuck).
+    threads: HashSet<usize>,
+    /// Lost threads per group, those of members gone since included.
+    groups: HashMap<Arc<str>, usize>,
+    /// `memory::parked()` at the last look: no new parked thread while it is unchanged.
+    seen: usize,
+}
+
+impl Parked {
+    /// Pool threads lost now.
+    pub(super) fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Whether `group` has lost too many threads to run more jobs.
+    pub(super) fn group_held(&self, group: &str) -> Option<Held> {
+        self.groups
+            .get(group)
+            .filter(|n| **n >= GROUP_LIMIT)
+            .map(|&lost| Held::Group { lost })
+    }
+
+    /// Whether thread `number`, whose job just ended, was counted lost (a stuck job
+    /// that ended after all); it is not any longer.
+    pub(super) fn found(&mut self, number: usize) -> bool {
+        self.threads.remove(&number)
+    }
+}
+
+/// Finds the pool's newly lost threads (parked ones; stuck ones too when `stuck` gives
+/// the margin, a scan of every running job) and holds their members, and groups over
+/// [`GROUP_LIMIT`]; returns the members not yet told, to tell outside the lock.
+pub(super) fn look(state: &mut State, stuck: Option<Duration>) -> Vec<(Arc<dyn Source>, Held)> {
+    let State {
+        members,
+        started,
+        parked,
+        ..
+    } = state;
+    let now = memory::parked();
+    let new_parked = now != parked.seen;
+    parked.seen = now;
+    let mut changed = false;
+    for (number, busy) in started.iter() {
+        if parked.threads.contains(number) {
+            continue;
+        }
+        // Only a job running longer than the margin can be stuck: the member is looked
+        // up for those few.
+        let long = stuck.is_some_and(|margin| busy.since.elapsed() > margin);
+        let parked_here = new_parked && memory::is_parked(busy.tag);
+        if !parked_here && !long {
+            continue;
+        }
+        let Some(m) = members.iter_mut().find(|m| m.id == busy.member) else {
+            continue;
+        };
+        let why = if parked_here {
+            Held::Parked
+        } else {
+            match (m.budget, stuck) {
+                (Some(budget), Some(margin)) if busy.since.elapsed() > budget + margin => {
+                    Held::Stuck { budget }
+                }
+                _ => continue,
+            }
+        };
+        if why != Held::Parked {
+            crate::script::priority::lowest(busy.tid);
+        }
+        parked.threads.insert(*number);
+        changed = true;
+        m.lost += 1;
+        m.held.get_or_insert(why);
+        if let Some(g) = &m.group {
+            *parked.groups.entry(g.clone()).or_default() += 1;
+        }
+    }
+    if changed {
+        for m in members.iter_mut().filter(|m| m.held.is_none()) {
+            m.held = m.group.as_ref().and_then(|g| parked.group_held(g));
+        }
+    }
+    members
+        .iter_mut()
+        .filter(|m| m.held.is_some() && !m.told)
+        .filter_map(|m| {
+            m.told = true;
+            Some((m.source.clone(), m.held?))
+        })
+        .collect()
+}
+
+/// Tells each member why it is held.
+pub(super) fn tell(members: Vec<(Arc<dyn Source>, Held)>) {
+    for (source, why) in members {
+        source.held(why);
+    }
+}

@@ -1,0 +1,131 @@
+//! The memory a namespace's hosted controllers keep between reconciles (their frozen
+//! modules, and kite's own share per controller), bounded per namespace, so that one
+//! tenant's controllers cannot fill the operator's memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// What kite itself keeps per hosted controller (queue, cache entries, status), charged
+/// on top of its module: many small controllers count too.
+pub const OVERHEAD: usize = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "the controller keeps {} MiB (its script's values after the top level, and kite's share), and namespace {namespace}'s other controllers keep {} MiB: over the operator's limit of {} MiB per namespace (--namespace-memory)",
+        mib(*.wanted), mib(*.used), mib(*.limit)
+    )]
+    Charge {
+        namespace: String,
+        wanted: usize,
+        used: usize,
+        limit: usize,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn mib(bytes: usize) -> String {
+    #[allow(clippy::cast_precision_loss)] // a message: one decimal is all it shows
+    let m = bytes as f64 / (1024.0 * 1024.0);
+    format!("{m:.1}")
+}
+
+/// Each namespace's kept memory, against one limit.
+#[derive(Debug)]
+pub struct Quota {
+    limit: usize,
+    used: Mutex<HashMap<String, usize>>,
+}
+
+/// Memory charged to a namespace while a controller runs; given back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    quota: Arc<Quota>,
+    namespace: String,
+    bytes: usize,
+}
+
+impl Quota {
+    /// A limit of `limit` bytes per namespace.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Quota {
+            limit,
+            used: Mutex::default(),
+        })
+    }
+
+    /// Charges `bytes` (plus [`OVERHEAD`]) to `namespace` for as long as the returned
+    /// [`Charge`] lives.
+    ///
+    /// # Errors
+    /// [`Error::Charge`] when the namespace would keep more than the limit; nothing is
+    /// charged then.
+    pub fn charge(self: &Arc<Self>, namespace: &str, bytes: usize) -> Result<Charge> {
+        let wanted = bytes.saturating_add(OVERHEAD);
+        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = used.get(namespace).copied().unwrap_or(0);
+        if now.saturating_add(wanted) > self.limit {
+            return Err(Error::Charge {
+                namespace: namespace.to_owned(),
+                wanted,
+                used: now,
+                limit: self.limit,
+            });
+        }
+        *used.entry(namespace.to_owned()).or_default() = now + wanted;
+        Ok(Charge {
+            quota: self.clone(),
+            namespace: namespace.to_owned(),
+            bytes: wanted,
+        })
+    }
+
+    /// What `namespace` keeps now.
+    #[cfg(test)]
+    pub fn used(&self, namespace: &str) -> usize {
+        let used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        used.get(namespace).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let mut used = self
+            .quota
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = used.get_mut(&self.namespace) {
+            *n = n.saturating_sub(self.bytes);
+            if *n == 0 {
+                used.remove(&self.namespace);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_keeps_no_more_than_its_limit_and_gets_it_back() {
+        let quota = Quota::new(OVERHEAD * 10);
+        let first = quota.charge("a", OVERHEAD * 4).unwrap();
+        let second = quota.charge("a", OVERHEAD * 4).unwrap();
+        let e = quota.charge("a", OVERHEAD).unwrap_err().to_string();
+        assert!(
+            e.contains("namespace a's other controllers keep 2.5 MiB")
+                && e.contains("limit of 2.5 MiB per namespace (--namespace-memory)"),
+            "{e}"
+        );
+        // Another namespace has its own.
+        let other = quota.charge("b", OVERHEAD * 8).unwrap();
+        drop(second);
+        assert_eq!(quota.used("a"), OVERHEAD * 5);
+        let third = quota.charge("a", OVERHEAD * 3).unwrap();
+        drop((first, third, other));
+        assert_eq!(quota.used("a") + quota.used("b"), 0);
+    }
+}
