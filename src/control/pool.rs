@@ -34,11 +34,6 @@ pub trait Source: Send + Sync {
     /// Told once, on a pool thread, when this member gets no more jobs for good (see
     /// [`Held`]); it should say so where its owner looks.
     fn held(&self, _why: Held) {}
-    /// How long one of its jobs may run: one still running [`parked::MARGIN`] past it
-    /// is stuck, and its thread lost (only for members of a group). None: no limit.
-    fn budget(&self) -> Option<Duration> {
-        None
-    }
 }
 
 /// The longest a waiting thread sleeps without news (a missed due time costs at most this).
@@ -103,12 +98,19 @@ struct State {
     shut_down: bool,
 }
 
-/// A running job: when it started, its thread's tag and kernel id, and its member.
+/// A running job: when it started, its member, and its thread's tag, kernel id and
+/// the deadline of the script call it runs now.
 struct Busy {
     since: Instant,
+    member: u64,
+    thread: Arc<Thread>,
+}
+
+/// What the pool knows of one of its threads.
+struct Thread {
     tag: u64,
     tid: Option<i32>,
-    member: u64,
+    watch: crate::script::budget::Watch,
 }
 
 struct Member {
@@ -123,8 +125,6 @@ struct Member {
     leaving: bool,
     /// Its jobs whose threads are lost (parked for good, or stuck past its budget).
     lost: usize,
-    /// How long one of its jobs may run, for a member of a group.
-    budget: Option<Duration>,
     /// Gets no more jobs for good, and whether it was told (see [`Held`]).
     held: Option<Held>,
     told: bool,
@@ -200,7 +200,6 @@ impl Pool {
         state.next_id += 1;
         let group: Option<Arc<str>> = group.map(Arc::from);
         let held = group.as_ref().and_then(|g| state.parked.group_held(g));
-        let budget = group.as_ref().and_then(|_| source.budget());
         state.members.push(Member {
             id,
             source,
@@ -209,7 +208,6 @@ impl Pool {
             in_flight: 0,
             leaving: false,
             lost: 0,
-            budget,
             held,
             told: false,
         });
@@ -319,7 +317,13 @@ fn spawn(inner: &Arc<Inner>) -> std::io::Result<()> {
         .name(format!("{}-{number}", inner.name))
         .spawn(move || {
             crate::script::memory::tag_thread(tag);
-            run(&me, number, tag, crate::script::priority::thread_id());
+            let thread = Arc::new(Thread {
+                tag,
+                tid: crate::script::priority::thread_id(),
+                watch: crate::script::budget::Watch::default(),
+            });
+            thread.watch.this_thread();
+            run(&me, number, &thread);
         });
     match spawned {
         Ok(t) => {
@@ -393,11 +397,15 @@ fn full_groups(state: &State, cap: usize) -> HashSet<Arc<str>> {
     let mut active: HashSet<Arc<str>> = HashSet::new();
     for m in &state.members {
         let Some(g) = &m.group else { continue };
-        *running.entry(g.clone()).or_default() += m.in_flight;
+        // Jobs on lost threads hold no thread of the pool's (it replaced them), and a
+        // held member takes no more: neither makes its group busy.
+        let serving = m.in_flight - m.lost;
+        *running.entry(g.clone()).or_default() += serving;
         let ready = !m.leaving
+            && m.held.is_none()
             && m.in_flight < m.limit
             && m.source.next_due_in().is_some_and(|d| d.is_zero());
-        if m.in_flight > 0 || ready {
+        if serving > 0 || ready {
             active.insert(g.clone());
         }
     }
@@ -446,7 +454,7 @@ fn wait_for(state: &State, cap: usize) -> Duration {
         .map_or(IDLE_WAIT, |d| d.clamp(Duration::from_millis(1), IDLE_WAIT))
 }
 
-fn run(inner: &Inner, number: usize, tag: u64, tid: Option<i32>) {
+fn run(inner: &Inner, number: usize, thread: &Arc<Thread>) {
     let mut state = inner.lock();
     let mut idle_since = Instant::now();
     loop {
@@ -464,9 +472,8 @@ fn run(inner: &Inner, number: usize, tag: u64, tid: Option<i32>) {
         if let Some((id, job)) = pick(&mut state, inner.cap) {
             let busy = Busy {
                 since: Instant::now(),
-                tag,
-                tid,
                 member: id,
+                thread: thread.clone(),
             };
             state.started.insert(number, busy);
             drop(state);

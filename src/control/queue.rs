@@ -461,7 +461,6 @@ where
     }
 
     /// Whether [`shut_down`](Self::shut_down) was called.
-    #[cfg(test)]
     pub fn is_shut_down(&self) -> bool {
         self.lock().shut_down
     }

@@ -10,6 +10,11 @@ use super::watches::Role;
 impl Shared {
     /// An informer change of the primary kind.
     pub(super) fn on_change(&self, change: Change) {
+        // A queue that takes no more work (a stopping or held controller) needs no
+        // backlog of events.
+        if self.queue.is_shut_down() {
+            return;
+        }
         let Some(key) = Key::of(change.object()) else {
             return;
         };

@@ -39,13 +39,16 @@ impl super::pool::Source for QueueSource {
         self.shared.queue.next_due_in()
     }
 
-    fn budget(&self) -> Option<Duration> {
-        Some(self.shared.budget)
-    }
-
     fn held(&self, why: super::pool::Held) {
         tracing::error!(controller = %self.shared.name, "{why}");
         self.shared.metrics.record_error(why.to_string());
+        // It runs nothing more: what it would run is not kept either.
+        self.shared.queue.shut_down();
+        self.shared
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 }
 
@@ -102,6 +105,7 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
         handlers::decode_refs,
     ) {
         Ok(refs) => {
+            let mut outside = (0, None);
             for (ns, name) in refs {
                 let namespace = if shared.target.resource.namespaced {
                     ns.unwrap_or_else(|| key.namespace.clone())
@@ -114,7 +118,8 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
                     && shared.target.resource.namespaced
                     && namespace != own
                 {
-                    tracing::warn!(controller = %shared.name, kind, related = %key, "watch_related map_func named {namespace}/{name}, outside the controller's namespace {own}; ignored");
+                    outside.0 += 1;
+                    outside.1.get_or_insert(format!("{namespace}/{name}"));
                     continue;
                 }
                 let primary = Key { namespace, name };
@@ -128,6 +133,13 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
                     .reconcile
                     .get_or_insert("related");
                 shared.queue.add(WorkKey::Primary(primary));
+            }
+            if let (n, Some(first)) = outside {
+                // One line per call, and the names are the script's: escaped and cut
+                // like its prints.
+                let first = shared.host.printer.contain(&first);
+                let own = shared.spec.namespace.as_deref().unwrap_or_default();
+                tracing::warn!(controller = %shared.name, kind, related = %key, "watch_related map_func named {n} objects outside the controller's namespace {own} (first {first}); ignored");
             }
         }
         Err(e) => {
@@ -352,7 +364,7 @@ fn failed(
         }
         tracing::error!(
             controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
-            outcome = "dropped", failures, error = %first_line(&e.to_string()),
+            outcome = "dropped", failures, error = %shared.host.printer.contain(&first_line(&e.to_string())),
             "reconciled; failed {failures} times, giving up until the object changes"
         );
         traceback(shared, key, e);
@@ -370,7 +382,7 @@ fn failed(
     tracing::warn!(
         controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
         outcome = "error", retry_in = %crate::duration::format(delay), failures,
-        error = %first_line(&e.to_string()), "reconciled"
+        error = %shared.host.printer.contain(&first_line(&e.to_string())), "reconciled"
     );
     traceback(shared, key, e);
     Some(delay)

@@ -77,11 +77,6 @@ async fn review<K: Tenant>(
         Ok(s) => s,
         Err(e) => return allow.deny(format!("reading the script to check its permissions: {e}")),
     };
-    if let Ok(text) = &script
-        && let Some(message) = assessment::too_large(text)
-    {
-        return allow.deny(format!("{} {}: {message}", K::KIND, cr.display()));
-    }
     let namespace = cr.namespace().unwrap_or_default();
     let name = cr.name_any();
     let spec_value = spec_json(&cr);
@@ -112,13 +107,19 @@ async fn review<K: Tenant>(
     // its author too.
     // The ConfigMap is checked before the script is even analysed: a refusal quoting
     // the script (a line, a kind it calls) would show what the requester may not read.
+    // So is its size.
     let naming = assessment::script_permissions(&cr, &ctx.operator_namespace);
     let mut denied = first_denied(&ctx.client, &author, &naming).await;
-    if matches!(denied, Ok(None))
-        && let Assessment::Runnable(runnable) = assessment(ctx, &cr, script.clone()).await
-    {
-        let wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
-        denied = first_denied(&ctx.client, &author, &wanted).await;
+    if matches!(denied, Ok(None)) {
+        if let Ok(text) = &script
+            && let Some(message) = assessment::too_large(text)
+        {
+            return allow.deny(format!("{} {}: {message}", K::KIND, cr.display()));
+        }
+        if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script.clone()).await {
+            let wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
+            denied = first_denied(&ctx.client, &author, &wanted).await;
+        }
     }
     match denied {
         Ok(None) => {}

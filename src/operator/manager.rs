@@ -155,6 +155,7 @@ pub async fn run(
     // One pool of worker threads for every hosted controller: their number follows the
     // cores, not the number of controllers.
     let (size, cap) = hosted_threads();
+    super::quota::warn_if_oversized(cap, opts.limits.memory, opts.namespace_memory);
     let pool =
         crate::control::pool::Pool::new(size, cap, "kite-hosted").map_err(Error::StartPool)?;
     // One informer per (resource, namespace, selectors) for every hosted controller,

@@ -105,6 +105,34 @@ impl Drop for Charge {
     }
 }
 
+/// The memory limit of this process's cgroup (v2), when it has one.
+fn cgroup_limit() -> Option<u64> {
+    std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Says once, at start, when the worst case of running handlers (`threads` at
+/// `script_memory` each) does not fit the container's memory limit: the first tenant to
+/// use its whole budget would get the operator killed, and every tenant with it.
+pub fn warn_if_oversized(threads: usize, script_memory: usize, namespace_memory: usize) {
+    let Some(limit) = cgroup_limit() else {
+        return;
+    };
+    let worst = (threads as u64).saturating_mul(script_memory as u64);
+    if worst.saturating_add(namespace_memory as u64) > limit {
+        tracing::warn!(
+            threads,
+            script_memory_mib = script_memory >> 20,
+            namespace_memory_mib = namespace_memory >> 20,
+            limit_mib = limit >> 20,
+            "handlers at their whole --script-memory on every thread, with one namespace's --namespace-memory, would pass the container's memory limit: lower the two flags or raise the limit"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a blocked builtin looks at the stop condition.
@@ -53,6 +54,46 @@ pub struct Budget {
 
 thread_local! {
     static CURRENT: RefCell<Option<Budget>> = const { RefCell::new(None) };
+    /// Where this thread publishes the deadline of the call it runs, if anyone looks.
+    static WATCHED: RefCell<Option<Watch>> = const { RefCell::new(None) };
+}
+
+/// The deadline of the call a thread runs now, readable from other threads: the worker
+/// pool tells a thread stuck in a builtin that never looks at its deadline by it.
+#[derive(Clone, Default)]
+pub struct Watch(Arc<AtomicU64>);
+
+/// The origin of [`Watch`]'s clock.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Watch {
+    /// Publishes this thread's calls' deadlines into `self` from now on.
+    pub fn this_thread(&self) {
+        WATCHED.with(|w| *w.borrow_mut() = Some(self.clone()));
+    }
+
+    /// How long the call running now has been past its deadline (None: it is not, or
+    /// no call runs).
+    pub fn overdue(&self) -> Option<Duration> {
+        let ms = self.0.load(Ordering::Relaxed);
+        if ms == 0 {
+            return None;
+        }
+        let deadline = epoch() + Duration::from_millis(ms - 1);
+        Instant::now().checked_duration_since(deadline)
+    }
+
+    /// Sets the published deadline (None: no call); returns the one before.
+    fn publish(&self, deadline: Option<Instant>) -> u64 {
+        let ms = deadline.map_or(0, |d| {
+            u64::try_from(d.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX - 1)
+                + 1
+        });
+        self.0.swap(ms, Ordering::Relaxed)
+    }
 }
 
 /// Why a blocking builtin gave up.
@@ -64,16 +105,25 @@ pub enum Interrupted {
     Stopped,
 }
 
-/// Runs `f` with `budget` as this thread's current budget (restoring the outer one).
+/// Runs `f` with `budget` as this thread's current budget (restoring the outer one),
+/// and publishes its deadline to this thread's [`Watch`], if it has one.
 pub fn scope<T>(budget: Budget, f: impl FnOnce() -> T) -> T {
-    struct Restore(Option<Budget>);
+    struct Restore(Option<Budget>, Option<(Watch, u64)>);
     impl Drop for Restore {
         fn drop(&mut self) {
             let outer = self.0.take();
             CURRENT.with(|c| *c.borrow_mut() = outer);
+            if let Some((watch, before)) = self.1.take() {
+                watch.0.store(before, Ordering::Relaxed);
+            }
         }
     }
-    let _restore = Restore(CURRENT.with(|c| c.borrow_mut().replace(budget)));
+    let watch = WATCHED.with(|w| w.borrow().clone());
+    let published = watch.map(|w| {
+        let before = w.publish(Some(budget.deadline));
+        (w, before)
+    });
+    let _restore = Restore(CURRENT.with(|c| c.borrow_mut().replace(budget)), published);
     f()
 }
 

@@ -11,6 +11,13 @@
 //! a plain Rust allocation that failed would abort the process (`handle_alloc_error`),
 //! which is exactly what this module exists to prevent.
 //!
+//! Frees are credited to the thread that makes them, which is not always the one that
+//! allocated: large blocks a guard allocates carry its id in a header and credit only
+//! it, a large block from outside any guard (an API response's chunks, read on the
+//! runtime's threads) credits nothing, no credit takes a thread past its whole budget,
+//! and in a hosted script's guard allocating [`CHURN`] times the budget in all counts
+//! as over it (small frees carry no owner).
+//!
 //! # Caveats
 //! A single builtin that builds a large Rust vector (`[0] * n`) still allocates it
 //! before the copy into Starlark's heap is refused, so memory can peak at that size
@@ -38,7 +45,57 @@ thread_local! {
     /// The whole budget of the active [`guard`], and what to do with one allocation
     /// larger than all of it.
     static LIMIT: Cell<Option<(isize, Overrun)>> = const { Cell::new(None) };
+    /// Bytes this thread may still allocate in all, frees not counted, in a guard that
+    /// parks (see [`CHURN`]).
+    static CHURN_LEFT: Cell<Option<isize>> = const { Cell::new(None) };
+    /// The active guard's id (0: none), written into the header of its large blocks.
+    static GUARD_ID: Cell<u64> = const { Cell::new(0) };
 }
+
+static NEXT_GUARD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Blocks at least this large (with an alignment of 8 or less) that a guard allocates
+/// carry its id in a header, so that a free is credited only to the guard that
+/// allocated it. A large block freed without one was allocated outside any guard (an
+/// API response's chunks, read on the runtime's threads) and gives no credit.
+const OWNED: usize = 4096;
+
+/// Whether blocks carry owners: where malloc aligns every block to 16 bytes (glibc on
+/// 64-bit), so a block returned 8 past that alignment can only be one with a header.
+const OWNERS: bool = cfg!(all(
+    target_os = "linux",
+    target_env = "gnu",
+    target_pointer_width = "64"
+));
+
+/// The header before an owned block: its guard's id, at an address 16-aligned.
+const HEADER: usize = 16;
+
+fn owner() -> u64 {
+    GUARD_ID.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Whether a block of `layout` allocated now gets an owner header.
+fn gets_owner(layout: Layout) -> bool {
+    OWNERS && layout.align() <= 8 && layout.size() >= OWNED && owner() != 0
+}
+
+/// Whether the block at `ptr`, allocated with `layout`, has an owner header.
+fn has_owner(ptr: *mut u8, layout: Layout) -> bool {
+    OWNERS && layout.align() <= 8 && layout.size() >= OWNED && ptr.addr() % 16 == 8
+}
+
+/// The layout `System` allocated an owned block of `layout` with.
+fn underlying(layout: Layout) -> Option<Layout> {
+    Layout::from_size_align(layout.size().checked_add(HEADER)?, 16).ok()
+}
+
+/// In a guard that parks (a hosted script), how many times its budget a thread may
+/// allocate in all, however much it frees. A free is credited to the thread that makes
+/// it, and memory another thread allocated (the chunks of an API response, read on the
+/// runtime's threads) is freed on the script's: without this bound, a script making
+/// many calls could hide as much live memory as those responses weighed.
+pub const CHURN: isize = 8;
 
 /// What happens to a thread that asks, in one allocation outside Starlark's heap, for
 /// more than its whole budget (`"x" * 1048576 * 2000000000` builds its result in one
@@ -136,6 +193,11 @@ pub struct Counting;
 
 fn charge(size: usize, align: usize) -> bool {
     // `try_with` never panics, and these const, drop-free thread locals never allocate.
+    let _ = CHURN_LEFT.try_with(|c| {
+        if let Some(left) = c.get() {
+            c.set(Some(left - size.cast_signed()));
+        }
+    });
     BUDGET
         .try_with(|b| match b.get() {
             None => true,
@@ -156,24 +218,96 @@ fn is_chunk(size: usize, align: usize) -> bool {
     align == CHUNK_ALIGN && size % PAGE == PAGE - MALLOC_OVERHEAD
 }
 
+/// Credits a free to this thread's budget, never past the whole of it: memory other
+/// threads allocated and this one frees (a response's chunks) is no allowance.
 fn refund(size: usize) {
+    let whole = LIMIT.try_with(Cell::get).ok().flatten().map(|(l, _)| l);
     let _ = BUDGET.try_with(|b| {
         if let Some(left) = b.get() {
-            b.set(Some(left.saturating_add(size.cast_signed())));
+            let credited = left.saturating_add(size.cast_signed());
+            b.set(Some(whole.map_or(credited, |w| credited.min(w))));
         }
     });
 }
 
-// SAFETY: every call is forwarded to `System` with the same layout; the accounting
-// touches only thread-local cells and never allocates or unwinds.
+/// Allocates `layout` from `System`, with an owner header when [`gets_owner`].
+///
+/// # Safety
+/// As [`GlobalAlloc::alloc`].
+unsafe fn allocate(layout: Layout, zeroed: bool) -> *mut u8 {
+    if gets_owner(layout) {
+        let Some(under) = underlying(layout) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: a non-zero size, a valid power-of-two alignment.
+        let base = unsafe {
+            if zeroed {
+                System.alloc_zeroed(under)
+            } else {
+                System.alloc(under)
+            }
+        };
+        if base.is_null() {
+            return base;
+        }
+        // SAFETY: `base` is 16-aligned and has HEADER bytes before the block, which
+        // starts 8 bytes before the end of the header (so it is 8 past 16-aligned) and
+        // ends within the allocation (HEADER - 8 bytes spare).
+        unsafe {
+            base.cast::<[u8; 8]>().write(owner().to_ne_bytes());
+            return base.add(HEADER / 2);
+        }
+    }
+    // SAFETY: the caller's layout, as GlobalAlloc requires.
+    unsafe {
+        if zeroed {
+            System.alloc_zeroed(layout)
+        } else {
+            System.alloc(layout)
+        }
+    }
+}
+
+/// Frees a block [`allocate`] returned, crediting this thread's budget if the block is
+/// its guard's: a small one (whose owner is not recorded), or a large one with this
+/// guard's id. A large block without a header was allocated outside any guard.
+///
+/// # Safety
+/// As [`GlobalAlloc::dealloc`].
+unsafe fn release_block(ptr: *mut u8, layout: Layout) {
+    if has_owner(ptr, layout) {
+        // SAFETY: an owned block: its header is 8 bytes before it, at `base`, and it
+        // was allocated with `underlying(layout)`, which therefore exists.
+        unsafe {
+            let base = ptr.sub(HEADER / 2);
+            if u64::from_ne_bytes(base.cast::<[u8; 8]>().read()) == owner() {
+                refund(layout.size());
+            }
+            if let Some(under) = underlying(layout) {
+                System.dealloc(base, under);
+            }
+        }
+        return;
+    }
+    if !(OWNERS && layout.align() <= 8 && layout.size() >= OWNED) {
+        refund(layout.size());
+    }
+    // SAFETY: `ptr` was allocated by `System` with `layout`.
+    unsafe { System.dealloc(ptr, layout) }
+}
+
+// SAFETY: every block comes from `System`, with the caller's layout or, for an owned
+// block, with `underlying(layout)` and a header before the pointer returned, and goes
+// back to it the same way; the accounting touches only thread-local cells and atomics
+// and never allocates or unwinds.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         park_if_hopeless(layout.size(), layout.align());
         if !charge(layout.size(), layout.align()) {
             return std::ptr::null_mut();
         }
-        // SAFETY: the caller's layout, as GlobalAlloc requires.
-        unsafe { System.alloc(layout) }
+        // SAFETY: as GlobalAlloc::alloc.
+        unsafe { allocate(layout, false) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -182,16 +316,31 @@ unsafe impl GlobalAlloc for Counting {
             return std::ptr::null_mut();
         }
         // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
+        unsafe { allocate(layout, true) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        refund(layout.size());
-        // SAFETY: `ptr` was allocated by `System` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: `ptr` came from `alloc` (or `realloc`) with `layout`.
+        unsafe { release_block(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: GlobalAlloc::realloc's contract: the new layout is valid.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        if has_owner(ptr, layout) || gets_owner(new_layout) {
+            // Owners are per block: move it (copied, as realloc does for most growth
+            // anyway).
+            // SAFETY: as GlobalAlloc::alloc, with a valid layout.
+            let new = unsafe { self.alloc(new_layout) };
+            if !new.is_null() {
+                // SAFETY: both blocks are valid for the smaller size and distinct.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                    release_block(ptr, layout);
+                }
+            }
+            return new;
+        }
         if new_size > layout.size() {
             park_if_hopeless(new_size, layout.align());
         }
@@ -200,7 +349,9 @@ unsafe impl GlobalAlloc for Counting {
         }
         // SAFETY: as above.
         let out = unsafe { System.realloc(ptr, layout, new_size) };
-        if new_size < layout.size() {
+        // A large block without an owner is not this guard's: shrinking it is no credit.
+        let foreign = OWNERS && layout.align() <= 8 && layout.size() >= OWNED;
+        if new_size < layout.size() && !foreign {
             refund(layout.size() - new_size);
         }
         out
@@ -211,9 +362,11 @@ unsafe impl GlobalAlloc for Counting {
 /// Allocations outside Starlark's heap (a dict's table, a builtin's vector) are never
 /// refused, so the evaluator's cancel hook asks this between instructions.
 pub fn exhausted() -> bool {
-    BUDGET
-        .try_with(|b| b.get().is_some_and(|left| left < 0))
-        .unwrap_or(false)
+    let over = |cell: &'static std::thread::LocalKey<Cell<Option<isize>>>| {
+        cell.try_with(|b| b.get().is_some_and(|left| left < 0))
+            .unwrap_or(false)
+    };
+    over(&BUDGET) || over(&CHURN_LEFT)
 }
 
 /// What this thread has allocated and not freed since the [`guard`] it runs in began
@@ -286,12 +439,18 @@ pub fn guard<T>(limit: usize, f: impl FnOnce() -> T) -> Result<T, Exceeded> {
 /// As [`guard`].
 pub fn guard_with<T>(limit: usize, overrun: Overrun, f: impl FnOnce() -> T) -> Result<T, Exceeded> {
     let whole = isize::try_from(limit).unwrap_or(isize::MAX);
+    let churn = (overrun == Overrun::Park).then(|| whole.saturating_mul(CHURN));
     let outer = BUDGET.with(|b| b.replace(Some(whole)));
     let outer_limit = LIMIT.with(|l| l.replace(Some((whole, overrun))));
+    let outer_churn = CHURN_LEFT.with(|c| c.replace(churn));
+    let id = NEXT_GUARD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let outer_id = GUARD_ID.with(|g| g.replace(id));
     REFUSED.with(|r| r.set(false));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     BUDGET.with(|b| b.set(outer));
     LIMIT.with(|l| l.set(outer_limit));
+    CHURN_LEFT.with(|c| c.set(outer_churn));
+    GUARD_ID.with(|g| g.set(outer_id));
     let refused = REFUSED.with(|r| r.replace(false));
     match result {
         Ok(v) => Ok(v),
@@ -301,106 +460,4 @@ pub fn guard_with<T>(limit: usize, overrun: Overrun, f: impl FnOnce() -> T) -> R
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A bumpalo chunk of `pages` pages.
-    fn chunk(pages: usize) -> usize {
-        pages * PAGE - MALLOC_OVERHEAD
-    }
-
-    #[test]
-    fn a_refused_chunk_is_reported_and_small_allocations_still_work() {
-        assert!(
-            charge(chunk(1 << 28), CHUNK_ALIGN),
-            "no budget outside a guard"
-        );
-        let r = guard(1 << 20, || {
-            assert!(charge(chunk(100), CHUNK_ALIGN));
-            assert!(charge(100, 8), "small allocations always pass");
-            assert!(
-                charge(1 << 21, 8),
-                "plain Rust allocations are never refused"
-            );
-            assert!(charge(1 << 21, CHUNK_ALIGN), "nor hash tables");
-            assert!(!charge(chunk(100), CHUNK_ALIGN));
-            panic!("out of memory");
-        });
-        assert_eq!(r, Err(Exceeded { limit: 1 << 20 }));
-        assert!(
-            charge(chunk(1 << 28), CHUNK_ALIGN),
-            "the budget ends with the guard"
-        );
-        assert_eq!(guard(10, || 7), Ok(7));
-    }
-
-    /// Issue 26: a hosted script's one huge allocation parks its thread instead of
-    /// aborting the process.
-    #[test]
-    fn a_hopeless_allocation_parks_the_thread_and_the_process_goes_on() {
-        let before = parked();
-        let t = std::thread::spawn(|| {
-            tag_thread(0xfeed_0001);
-            guard_with(1 << 20, Overrun::Park, || {
-                let s = "x".repeat(1 << 20);
-                // More than the machine has: without parking, the process would abort.
-                let huge = s.repeat(1 << 40);
-                huge.len()
-            })
-        });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while parked() == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the thread was not parked"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(!t.is_finished());
-        // Its owner can tell it apart by its tag.
-        assert!(is_parked(0xfeed_0001));
-        assert!(!is_parked(0xfeed_0002) && !is_parked(0));
-        // Allocations of the budget's size still go ahead (and are counted).
-        assert_eq!(
-            guard_with(1 << 20, Overrun::Park, || vec![0u8; 1 << 19].len()),
-            Ok(1 << 19)
-        );
-        // Many allocations, each under the budget, that together pass twice the budget
-        // inside one builtin call: parked too.
-        let before = parked();
-        std::thread::spawn(|| {
-            guard_with(1 << 20, Overrun::Park, || {
-                let copies: Vec<Vec<u8>> = (0..8).map(|_| vec![1u8; 1 << 19]).collect();
-                copies.len()
-            })
-        });
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while parked() == before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the copies were not stopped"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-
-    #[test]
-    fn used_counts_what_is_kept_until_it_is_freed() {
-        assert_eq!(used(), 0, "nothing outside a guard");
-        let r = guard(1 << 30, || {
-            let kept = vec![1u8; 4 << 20];
-            let with = used();
-            drop(kept);
-            (with, used())
-        });
-        let (with, without) = r.unwrap();
-        assert!(with >= 4 << 20, "{with}");
-        assert!(without < 1 << 20, "{without}");
-    }
-
-    #[test]
-    fn other_panics_go_on_unwinding() {
-        let r = std::panic::catch_unwind(|| guard(1 << 20, || panic!("a bug")));
-        assert!(r.is_err());
-    }
-}
+mod tests;

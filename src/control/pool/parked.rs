@@ -1,6 +1,6 @@
 //! Threads a pool has lost to jobs that never end, and what they hold: a thread parked
 //! for good by a script's memory overrun, or one stuck in a single builtin well past
-//! its member's budget (a builtin that does not look at the deadline).
+//! its call's deadline (a builtin that does not look at it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -14,7 +14,8 @@ use crate::script::memory;
 /// core busy at the lowest priority, so this bounds what one tenant can take that way.
 pub const GROUP_LIMIT: usize = 2;
 
-/// How far past its member's budget a job must still run to count as stuck.
+/// How far past the deadline of the script call it runs a thread must be to count as
+/// stuck (the call's own deadline, so a job of many calls is never judged as one).
 pub const MARGIN: Duration = Duration::from_secs(30);
 
 /// Why a member gets no more jobs, for good.
@@ -22,8 +23,8 @@ pub const MARGIN: Duration = Duration::from_secs(30);
 pub enum Held {
     /// One of its own handlers asked for more memory at once than its whole budget.
     Parked,
-    /// One of its own handlers ran past its budget inside one builtin call.
-    Stuck { budget: Duration },
+    /// One of its own handlers ran past its deadline inside one builtin call.
+    Stuck,
     /// Its group's controllers have lost this many threads ([`GROUP_LIMIT`] or more).
     Group { lost: usize },
 }
@@ -34,11 +35,10 @@ impl std::fmt::Display for Held {
             Held::Parked => f.write_str(
                 "a handler asked for more memory at once than its whole limit; its thread is held until the operator restarts, and this controller runs no more handlers until it is restarted",
             ),
-            Held::Stuck { budget } => write!(
+            Held::Stuck => write!(
                 f,
-                "a handler is still running {}s past its {}s budget, inside one call that does not stop at the deadline; its thread is given up (at the lowest priority), and this controller runs no more handlers until it is restarted",
-                MARGIN.as_secs(),
-                budget.as_secs()
+                "a handler is still running {}s past its deadline, inside one call that does not stop at it; its thread is given up (at the lowest priority), and this controller runs no more handlers until it is restarted",
+                MARGIN.as_secs()
             ),
             Held::Group { lost } => write!(
                 f,
@@ -98,29 +98,29 @@ pub(super) fn look(state: &mut State, stuck: Option<Duration>) -> Vec<(Arc<dyn S
         if parked.threads.contains(number) {
             continue;
         }
-        // Only a job running longer than the margin can be stuck: the member is looked
-        // up for those few.
-        let long = stuck.is_some_and(|margin| busy.since.elapsed() > margin);
-        let parked_here = new_parked && memory::is_parked(busy.tag);
-        if !parked_here && !long {
+        let parked_here = new_parked && memory::is_parked(busy.thread.tag);
+        let stuck_here = stuck.is_some_and(|margin| {
+            busy.thread
+                .watch
+                .overdue()
+                .is_some_and(|late| late > margin)
+        });
+        if !parked_here && !stuck_here {
             continue;
         }
         let Some(m) = members.iter_mut().find(|m| m.id == busy.member) else {
             continue;
         };
+        // Only members of a group (the operator's hosted controllers) are held for it.
+        if !parked_here && m.group.is_none() {
+            continue;
+        }
         let why = if parked_here {
             Held::Parked
         } else {
-            match (m.budget, stuck) {
-                (Some(budget), Some(margin)) if busy.since.elapsed() > budget + margin => {
-                    Held::Stuck { budget }
-                }
-                _ => continue,
-            }
+            crate::script::priority::lowest(busy.thread.tid);
+            Held::Stuck
         };
-        if why != Held::Parked {
-            crate::script::priority::lowest(busy.tid);
-        }
         parked.threads.insert(*number);
         changed = true;
         m.lost += 1;

@@ -240,9 +240,13 @@ impl fmt::Display for Pattern {
     }
 }
 
-fn pattern_of(v: Value<'_>) -> anyhow::Result<&Regex> {
+/// The pattern of `v`, for one call: a clone, which shares the compiled program but has
+/// its own search caches, dropped with it. A compiled pattern kept in a frozen module
+/// would otherwise grow caches (up to the DFA size limit, per thread) with every
+/// search, and keep them as long as the module lives, counted by no budget.
+fn pattern_of(v: Value<'_>) -> anyhow::Result<Regex> {
     v.downcast_ref::<Pattern>()
-        .map(|p| &p.0)
+        .map(|p| p.0.clone())
         .ok_or_else(|| anyhow::anyhow!("not a regexp pattern"))
 }
 
@@ -254,7 +258,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(this)] this: Value,
         #[starlark(require = pos)] s: &str,
     ) -> anyhow::Result<bool> {
-        Ok(is_match(pattern_of(this)?, s))
+        Ok(is_match(&pattern_of(this)?, s))
     }
 
     /// The first match in `s`, or None.
@@ -263,7 +267,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = pos)] s: &str,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        Ok(find(heap, pattern_of(this)?, s))
+        Ok(find(heap, &pattern_of(this)?, s))
     }
 
     /// Every match in `s`; `n` limits how many (-1: all).
@@ -273,7 +277,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(default = -1)] n: i32,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        find_all(heap, pattern_of(this)?, s, n)
+        find_all(heap, &pattern_of(this)?, s, n)
     }
 
     /// `s` with every match replaced by `repl` (`$1`, `${name}` expand groups).
@@ -282,7 +286,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(require = pos)] s: &str,
         #[starlark(require = pos)] repl: &str,
     ) -> anyhow::Result<String> {
-        replace(pattern_of(this)?, s, repl)
+        replace(&pattern_of(this)?, s, repl)
     }
 
     /// `s` split around the matches; `n` limits the parts (-1: all).
@@ -292,7 +296,7 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
         #[starlark(default = -1)] n: i32,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        split(heap, pattern_of(this)?, s, n)
+        split(heap, &pattern_of(this)?, s, n)
     }
 }
 
@@ -437,6 +441,47 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
 #[cfg(test)]
 mod tests {
     use crate::script::builtins::testing::eval;
+
+    /// Issue 26: searching with a kept pattern leaves nothing behind: its search caches
+    /// go with the call, where they used to grow inside the pattern for good.
+    #[test]
+    fn a_kept_pattern_keeps_no_search_cache() {
+        use super::{Pattern, compile, pattern_of};
+        use crate::script::memory::{guard, used};
+        // As a frozen module keeps it.
+        let heap = starlark::values::FrozenHeap::new();
+        let kept = heap
+            .alloc_simple(Pattern(
+                compile("regexp.compile", "(a|b)*a(a|b){14}c", "").unwrap(),
+            ))
+            .to_value();
+        // Pseudo-random a/b text: a lazy DFA fills its cache on it.
+        let mut x: u32 = 7;
+        let text: String = (0..200_000)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                if x >> 16 & 1 == 0 { 'a' } else { 'b' }
+            })
+            .collect();
+        let left_behind = |search: &dyn Fn() -> usize| {
+            guard(1 << 30, || {
+                assert_eq!(search(), 0);
+                used()
+            })
+            .unwrap()
+        };
+        let per_call = left_behind(&|| pattern_of(kept).unwrap().find_iter(&text).count());
+        assert!(per_call < 64 << 10, "{per_call} bytes left behind");
+        // Searching the pattern itself leaves its cache behind (what the test guards).
+        let in_place = left_behind(&|| {
+            starlark::values::ValueLike::downcast_ref::<Pattern>(kept)
+                .unwrap()
+                .0
+                .find_iter(&text)
+                .count()
+        });
+        assert!(in_place > 256 << 10, "{in_place} bytes left behind");
+    }
 
     /// Issue 26: iterating the matches of a long text looks at the call's budget (the
     /// evaluator's own check does not run inside a builtin).
