@@ -273,14 +273,25 @@ impl Pool {
     /// (a job stuck in a builtin that ignores its deadline is left behind). Must not
     /// be called from a pool thread.
     pub fn shut_down(&self) {
-        self.inner.lock().shut_down = true;
+        let lost: HashSet<u64> = {
+            let mut state = self.inner.lock();
+            state.shut_down = true;
+            let state = &*state;
+            state
+                .started
+                .iter()
+                .filter(|(n, _)| state.parked.is_lost(**n))
+                .map(|(_, b)| b.thread.tag)
+                .collect()
+        };
         self.inner.wake.notify_all();
         let threads = std::mem::take(&mut *self.inner.threads());
         let deadline = Instant::now() + SHUT_DOWN_WAIT;
         for (tag, t) in threads {
             // A thread parked while we waited for another is still seen here: it was
             // recorded before it stopped for good.
-            while !t.is_finished() && !crate::script::memory::is_parked(tag) {
+            while !t.is_finished() && !lost.contains(&tag) && !crate::script::memory::is_parked(tag)
+            {
                 if Instant::now() >= deadline {
                     tracing::warn!(pool = %self.inner.name, "a worker thread is still in a job; leaving it behind");
                     break;

@@ -426,6 +426,9 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
             ),
             None => base.timeout,
         };
+        if let Some(ns) = opt(namespace) {
+            check_namespace("k8s.config", ns)?;
+        }
         let client = Client {
             key: SessionKey {
                 kubeconfig: opt(kubeconfig)
@@ -492,5 +495,55 @@ fn one_or_list<'v>(heap: Heap<'v>, items: &[Json], single: bool) -> Value<'v> {
     match items {
         [one] if single => to_starlark(heap, one),
         _ => heap.alloc(AllocList(items.iter().map(|o| to_starlark(heap, o)))),
+    }
+}
+
+/// A namespace as the API server accepts one (a DNS-1123 label of at most 63
+/// characters), `*` (every namespace) or empty (not given).
+///
+/// # Errors
+/// Anything else, named (cut to 80 characters) with `call`.
+fn check_namespace(call: &str, ns: &str) -> anyhow::Result<()> {
+    let label = ns.len() <= 63
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-');
+    if ns.is_empty() || ns == "*" || label {
+        return Ok(());
+    }
+    let shown: String = ns.chars().take(80).collect();
+    let more = if shown.len() < ns.len() { "..." } else { "" };
+    anyhow::bail!(
+        "{call}: namespace {shown:?}{more} is not a namespace name (lower-case letters, digits and '-', at most 63 characters)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_namespace_must_be_one_the_api_server_accepts() {
+        for ok in ["", "*", "team-a", "a", &"x".repeat(63)] {
+            assert!(super::check_namespace("k8s.config", ok).is_ok(), "{ok}");
+        }
+        let long = "x".repeat(16 << 20);
+        for bad in [
+            "Team",
+            "a_b",
+            "-a",
+            "a-",
+            "x".repeat(64).as_str(),
+            long.as_str(),
+        ] {
+            let e = super::check_namespace("k8s.config", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("k8s.config: namespace ") && e.contains("is not a namespace name"),
+                "{e}"
+            );
+            assert!(e.len() < 300, "the name is cut: {}", e.len());
+        }
     }
 }

@@ -4,6 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Derived sessions (the same connection, another namespace) a [`SessionCell`] keeps.
+const MAX_DERIVED: usize = 64;
+
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::discovery::Discovery;
@@ -264,17 +267,56 @@ impl SessionCell {
                 .cloned()
         });
         let pinned = self.pinned.lock().ok().and_then(|p| p.clone());
-        let session = match (inserted, pinned) {
-            (Some(base), _) => Arc::new(base.derive(key)),
+        let (session, derived) = match (inserted, pinned) {
+            (Some(base), _) => (Arc::new(base.derive(key)), true),
             (None, Some(_)) if key.kubeconfig.is_some() || key.context.is_some() => {
                 return Err(Error::SwitchIdentity);
             }
-            (None, Some(p)) => Arc::new(p.derive(key)),
-            (None, None) => Arc::new(runtime.block_on(Session::connect(key, defaults))?),
+            (None, Some(p)) => (Arc::new(p.derive(key)), true),
+            (None, None) => (
+                Arc::new(runtime.block_on(Session::connect(key, defaults))?),
+                false,
+            ),
         };
         if let Ok(mut map) = self.sessions.lock() {
+            // A derived session (another namespace of the same connection) is cheap to
+            // make again: past a few, they are not kept, so a script naming a new
+            // namespace on every call keeps nothing.
+            if derived && map.len() >= MAX_DERIVED {
+                return Ok(session);
+            }
             return Ok(map.entry(key.clone()).or_insert(session).clone());
         }
         Ok(session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 26: a script naming a new namespace on every call keeps no session per
+    /// name (a hosted one could otherwise grow this map for as long as it runs).
+    #[test]
+    fn derived_sessions_kept_are_bounded() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cell = SessionCell::default();
+        cell.pin(Arc::new(Session::from_client(client, "home".into(), false)));
+        for i in 0..(MAX_DERIVED * 3) {
+            let key = SessionKey {
+                kubeconfig: None,
+                context: None,
+                namespace: Some(format!("ns-{i}")),
+            };
+            cell.get(&key, &KubeOptions::default(), rt.handle())
+                .unwrap();
+        }
+        assert_eq!(cell.sessions.lock().unwrap().len(), MAX_DERIVED);
     }
 }

@@ -145,6 +145,25 @@ pub fn check() -> Result<(), Interrupted> {
     })
 }
 
+/// Nodes a builtin walks between two looks at the call's memory and time.
+const WALK_CHECK: usize = 1024;
+
+/// Counts one more node of a script value a builtin walks in Rust (to JSON, to template
+/// data), and every [`WALK_CHECK`] nodes says why the walk must stop, if it must: the
+/// call's memory or time ran out. The evaluator's own checks do not run inside a
+/// builtin, and a value that repeats a shared one many times over can be far larger
+/// than its heap (`d = [[["x"] * 800] * 800] * 800`).
+pub fn walk_step(nodes: &mut usize) -> Option<String> {
+    *nodes += 1;
+    if !(*nodes).is_multiple_of(WALK_CHECK) {
+        return None;
+    }
+    if crate::script::memory::exhausted() {
+        return Some("it passed the script's memory limit".into());
+    }
+    check().err().map(|e| e.to_string())
+}
+
 /// Waits for `fut` on `runtime`, giving up when this thread's budget runs out or its
 /// controller stops. Outside a [`scope`] it simply waits.
 ///

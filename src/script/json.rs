@@ -30,6 +30,8 @@ pub enum Error {
     NonFiniteFloat { value: String, path: String },
     #[error("value nested deeper than {MAX_DEPTH} levels at {path} (a cycle?)")]
     TooDeep { path: String },
+    #[error("converting the value to JSON stopped at {path}: {why}")]
+    Stopped { path: String, why: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -75,10 +77,16 @@ fn number_to_starlark<'v>(heap: Heap<'v>, n: &Number) -> Value<'v> {
 /// Values with no JSON form (functions, non-string dict keys, integers beyond 64 bits,
 /// NaN, cycles) fail with an error that names where in the value the problem is.
 pub fn from_starlark(value: Value) -> Result<Json> {
-    convert(value, &mut String::from("$"), 0)
+    convert(value, &mut String::from("$"), 0, &mut 0)
 }
 
-fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
+fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> Result<Json> {
+    if let Some(why) = crate::script::budget::walk_step(nodes) {
+        return Err(Error::Stopped {
+            path: path.chars().take(200).collect(),
+            why,
+        });
+    }
     if depth > MAX_DEPTH {
         // The path of a cycle repeats itself: its start says enough.
         let mut shown: String = path.chars().take(60).collect();
@@ -117,7 +125,7 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
             });
     }
     if let Some(d) = AttrDict::dict_of(value) {
-        return convert(d, path, depth);
+        return convert(d, path, depth, nodes);
     }
     if let Some(dict) = DictRef::from_value(value) {
         let mut map = Map::new();
@@ -131,7 +139,7 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
             let len = path.len();
             path.push('.');
             path.push_str(key);
-            let v = convert(v, path, depth + 1)?;
+            let v = convert(v, path, depth + 1, nodes)?;
             path.truncate(len);
             map.insert(key.to_owned(), v);
         }
@@ -145,7 +153,7 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
         for (i, v) in items.iter().enumerate() {
             let len = path.len();
             path.push_str(&format!("[{i}]"));
-            out.push(convert(*v, path, depth + 1)?);
+            out.push(convert(*v, path, depth + 1, nodes)?);
             path.truncate(len);
         }
         return Ok(Json::Array(out));

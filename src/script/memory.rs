@@ -16,7 +16,7 @@
 //! it, a large block from outside any guard (an API response's chunks, read on the
 //! runtime's threads) credits nothing, no credit takes a thread past its whole budget,
 //! and in a hosted script's guard allocating [`CHURN`] times the budget in all counts
-//! as over it (small frees carry no owner).
+//! as over it (small and 16-aligned blocks carry no owner).
 //!
 //! # Caveats
 //! A single builtin that builds a large Rust vector (`[0] * n`) still allocates it
@@ -142,6 +142,20 @@ pub fn is_parked(tag: u64) -> bool {
         && PARKED_TAGS
             .iter()
             .any(|t| t.load(std::sync::atomic::Ordering::Acquire) == tag)
+}
+
+/// Frees the slot of the parked thread tagged `tag`, once its owner has recorded it, so
+/// that the table never fills up.
+pub fn forget_parked(tag: u64) {
+    use std::sync::atomic::Ordering;
+    for slot in &PARKED_TAGS {
+        if slot
+            .compare_exchange(tag, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return;
+        }
+    }
 }
 
 /// Records this thread's tag among the parked ones (no allocation, no lock).

@@ -73,6 +73,11 @@ impl Parked {
             .map(|&lost| Held::Group { lost })
     }
 
+    /// Whether thread `number` is lost.
+    pub(super) fn is_lost(&self, number: usize) -> bool {
+        self.threads.contains(&number)
+    }
+
     /// Whether thread `number`, whose job just ended, was counted lost (a stuck job
     /// that ended after all); it is not any longer.
     pub(super) fn found(&mut self, number: usize) -> bool {
@@ -116,6 +121,8 @@ pub(super) fn look(state: &mut State, stuck: Option<Duration>) -> Vec<(Arc<dyn S
             continue;
         }
         let why = if parked_here {
+            // Recorded here for good: its slot in the allocator's table is free again.
+            memory::forget_parked(busy.thread.tag);
             Held::Parked
         } else {
             crate::script::priority::lowest(busy.thread.tid);

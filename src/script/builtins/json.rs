@@ -36,6 +36,33 @@ pub fn json_namespace(builder: &mut GlobalsBuilder) {
 mod tests {
     use crate::script::builtins::testing::eval;
 
+    /// Issue 26: a value that repeats a shared one (512 million strings in a few KB of
+    /// heap) is not copied out past the memory budget or the deadline.
+    #[test]
+    fn a_value_repeating_a_shared_one_stops_at_the_budgets() {
+        use crate::script::budget::{Budget, scope};
+        use std::time::{Duration, Instant};
+        let code = "a = ['x'] * 800\nb = [a] * 800\nc = [b] * 800\njson.encode(c)";
+        let e = crate::script::memory::guard(64 << 20, || eval(code))
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            e.contains("converting the value to JSON stopped at $[")
+                && e.contains("passed the script's memory limit"),
+            "{e}"
+        );
+        let budget = Budget {
+            deadline: Instant::now() + Duration::from_millis(50),
+            stop: None,
+        };
+        let code = "a = [1] * 800\nb = [a] * 800\nc = [b] * 800\nlen(json.encode(c))";
+        let e = scope(budget, || {
+            crate::script::memory::guard(1 << 40, || eval(code)).unwrap()
+        })
+        .unwrap_err();
+        assert!(e.contains("ran out of its time budget"), "{e}");
+    }
+
     #[test]
     fn round_trip_is_exact() {
         let code = r#"json.encode(json.decode('{"a": 9223372036854775807, "b": 18446744073709551615, "c": null, "d": [1.5, true]}'))"#;

@@ -44,6 +44,8 @@ pub enum Error {
     IntTooLarge { value: String, path: String },
     #[error("data nested deeper than {MAX_DEPTH} levels at {path} (a cycle?)")]
     TooDeep { path: String },
+    #[error("converting the template data stopped at {path}: {why}")]
+    Stopped { path: String, why: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -61,7 +63,7 @@ impl Data {
         if value.is_none() {
             return Ok(Data::Missing);
         }
-        convert(value, &mut String::from("$"), 0)
+        convert(value, &mut String::from("$"), 0, &mut 0)
     }
 
     /// Go's notion of truth: false, 0, nil, and empty strings, lists and maps are false.
@@ -173,7 +175,13 @@ pub fn go_float(f: f64) -> String {
     format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
 }
 
-fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
+fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> Result<Data> {
+    if let Some(why) = crate::script::budget::walk_step(nodes) {
+        return Err(Error::Stopped {
+            path: path.chars().take(200).collect(),
+            why,
+        });
+    }
     if depth > MAX_DEPTH {
         let shown: String = path.chars().take(60).collect();
         return Err(Error::TooDeep { path: shown });
@@ -203,7 +211,7 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
         return Ok(Data::str(&String::from_utf8_lossy(b.as_bytes())));
     }
     if let Some(d) = AttrDict::dict_of(value) {
-        return convert(d, path, depth);
+        return convert(d, path, depth, nodes);
     }
     if let Some(dict) = DictRef::from_value(value) {
         let mut map = BTreeMap::new();
@@ -214,14 +222,17 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
                     path: path.clone(),
                 });
             };
-            map.insert(key.to_owned(), field(v, key, path, depth)?);
+            map.insert(key.to_owned(), field(v, key, path, depth, nodes)?);
         }
         return Ok(Data::Map(Arc::new(map)));
     }
     if let Some(s) = StructRef::from_value(value) {
         let mut map = BTreeMap::new();
         for (k, v) in s.iter() {
-            map.insert(k.as_str().to_owned(), field(v, k.as_str(), path, depth)?);
+            map.insert(
+                k.as_str().to_owned(),
+                field(v, k.as_str(), path, depth, nodes)?,
+            );
         }
         return Ok(Data::Map(Arc::new(map)));
     }
@@ -233,7 +244,7 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
         for (i, v) in items.iter().enumerate() {
             let len = path.len();
             let _ = write!(path, "[{i}]");
-            out.push(convert(*v, path, depth + 1)?);
+            out.push(convert(*v, path, depth + 1, nodes)?);
             path.truncate(len);
         }
         return Ok(Data::List(Arc::from(out)));
@@ -244,11 +255,11 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
     })
 }
 
-fn field(v: Value, key: &str, path: &mut String, depth: usize) -> Result<Data> {
+fn field(v: Value, key: &str, path: &mut String, depth: usize, nodes: &mut usize) -> Result<Data> {
     let len = path.len();
     path.push('.');
     path.push_str(key);
-    let out = convert(v, path, depth + 1);
+    let out = convert(v, path, depth + 1, nodes);
     path.truncate(len);
     out
 }
