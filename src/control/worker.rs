@@ -106,12 +106,17 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
     ) {
         Ok(refs) => {
             let mut outside = (0, None);
-            for (ns, name) in refs {
+            let (mut invalid, beyond) = (0, refs.len().saturating_sub(MAX_RELATED));
+            for (ns, name) in refs.into_iter().take(MAX_RELATED) {
                 let namespace = if shared.target.resource.namespaced {
                     ns.unwrap_or_else(|| key.namespace.clone())
                 } else {
                     String::new()
                 };
+                if !object_name(&name) || !(namespace.is_empty() || object_name(&namespace)) {
+                    invalid += 1;
+                    continue;
+                }
                 // A controller confined to a namespace reconciles nothing outside it.
                 if let Some(own) = shared.spec.namespace.as_deref()
                     && own != "*"
@@ -134,6 +139,9 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
                     .get_or_insert("related");
                 shared.queue.add(WorkKey::Primary(primary));
             }
+            if invalid + beyond > 0 {
+                tracing::warn!(controller = %shared.name, kind, related = %key, invalid, beyond, "watch_related map_func returned names that are not object names, or more than {MAX_RELATED}; ignored");
+            }
             if let (n, Some(first)) = outside {
                 // One line per call, and the names are the script's: escaped and cut
                 // like its prints.
@@ -147,6 +155,19 @@ pub(super) fn map_related(shared: &Shared, index: usize, key: &Key) {
             tracing::warn!(controller = %shared.name, kind, key = %key, "watch_related map_func failed:\n{e}");
         }
     }
+}
+
+/// The most primaries one `watch_related` call may name.
+const MAX_RELATED: usize = 1000;
+
+/// Whether `name` can name an object: not empty, at most 253 characters, with no `/`,
+/// `%`, whitespace or control character (what any resource's names allow at most).
+fn object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '%' || c.is_whitespace() || c.is_control())
 }
 
 /// What processing one key did, for whoever drives the queue by hand (`k8s.testing`).
@@ -441,4 +462,32 @@ pub(super) fn warn_event(
     message: &str,
 ) {
     record_event(shared, runtime, obj, "Warning", reason, message);
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 26: names a `watch_related` function returns are object names, or
+    /// ignored: nothing that could forge a log line or carry megabytes.
+    #[test]
+    fn only_object_names_are_queued() {
+        for ok in [
+            "web",
+            "web-1.example",
+            "a",
+            &"x".repeat(253),
+            "system:node:x",
+        ] {
+            assert!(super::object_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "a/b",
+            "a%2f",
+            "x\n2026 INFO forged",
+            "a b",
+            &"x".repeat(254),
+        ] {
+            assert!(!super::object_name(bad), "{bad:?}");
+        }
+    }
 }

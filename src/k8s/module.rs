@@ -333,6 +333,11 @@ impl<'a> Call<'a> {
     ) -> anyhow::Result<Self> {
         let host = Host::of(eval)?;
         let full = format!("k8s.{name}");
+        // A call from a script already over its memory budget does not start: it would
+        // only add a response to what must be given back.
+        if crate::script::memory::exhausted() {
+            anyhow::bail!("{full}: the script is over its memory limit");
+        }
         let client =
             client_of(this).ok_or_else(|| anyhow::anyhow!("{full}: not called on a k8s client"))?;
         // A fake cluster (`k8s.fake`) is in memory: using it reaches nothing.

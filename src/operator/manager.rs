@@ -238,7 +238,11 @@ pub async fn run(
     tokio::spawn(serve);
     let registration = Registration {
         name: opts.webhook_configuration.clone().unwrap_or_else(|| {
-            Registration::default_name(opts.namespace.as_deref(), opts.selector.as_deref())
+            Registration::default_name(
+                opts.namespace.as_deref(),
+                opts.selector.as_deref(),
+                opts.webhook_service.is_none(),
+            )
         }),
         endpoint: match &opts.webhook_service {
             Some(name) => Endpoint::Service {
@@ -320,6 +324,11 @@ pub async fn run(
         }
         delay = (delay * 2).min(Duration::from_secs(30));
     }
+    // A local run's configuration goes with it (see `registration::withdraw`).
+    let local = match &registration.endpoint {
+        Endpoint::Url(url) => Some((registration.name.clone(), url.clone())),
+        Endpoint::Service { .. } => None,
+    };
     let keeper = tokio::spawn(registration::keep_registered(
         client.clone(),
         registration,
@@ -383,6 +392,13 @@ pub async fn run(
         synced.store(true, Ordering::Relaxed);
     });
     futures::join!(namespaced, cluster);
+    // The webhook stops with the run: creates must not wait for it meanwhile.
+    keeper.abort();
+    if let Some((name, url)) = &local
+        && let Some(command) = registration::withdraw(&client, name, url).await
+    {
+        tracing::warn!(configuration = %name, "could not remove this run's admission webhook configuration, which refuses creates while no operator serves it; remove it with: {command}");
+    }
 
     let hosted = registry.drain();
     tracing::info!(
@@ -399,7 +415,6 @@ pub async fn run(
     let _ = tokio::task::spawn_blocking(move || pool.shut_down()).await;
     informers.join(Duration::from_secs(5)).await;
     flusher.abort();
-    keeper.abort();
     let _ = release_tx.send(true);
     if let Some(elector) = elector {
         let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;

@@ -73,10 +73,18 @@ pub struct Registration {
 
 impl Registration {
     /// The default configuration name: one per scope, so that operators with other
-    /// `--namespace` or `--selector` scopes keep their own.
-    pub fn default_name(namespace: Option<&str>, selector: Option<&str>) -> String {
+    /// `--namespace` or `--selector` scopes keep their own, and another for an operator
+    /// run outside the cluster (`local`, registered with a `url:`), so that a local run
+    /// and the in-cluster install (`config/webhook`, a `service:`) never write over
+    /// each other's configuration.
+    pub fn default_name(namespace: Option<&str>, selector: Option<&str>, local: bool) -> String {
+        let base = if local {
+            "kite-operator-local"
+        } else {
+            "kite-operator"
+        };
         if namespace.is_none() && selector.is_none() {
-            return "kite-operator".into();
+            return base.into();
         }
         let scope = format!("{}\n{}", namespace.unwrap_or(""), selector.unwrap_or(""));
         let digest = ring::digest::digest(&ring::digest::SHA256, scope.as_bytes());
@@ -84,7 +92,7 @@ impl Registration {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        format!("kite-operator-{hash}")
+        format!("{base}-{hash}")
     }
 
     /// The configuration, trusting `ca` (PEM).
@@ -223,6 +231,45 @@ pub async fn register(
         }
     }
     Ok(())
+}
+
+/// Removes this local run's configuration as it exits, so that nothing is left that
+/// would refuse creates (failurePolicy Fail) with no webhook behind it: only when it
+/// still points at this run's `url` (another run of the same scope may have taken it
+/// over since), and guarded by its resourceVersion. Returns the command that removes
+/// it by hand when it could not.
+pub async fn withdraw(client: &kube::Client, name: &str, url: &str) -> Option<String> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let by_hand = || format!("kubectl delete mutatingwebhookconfiguration {name}");
+    let existing = match tokio::time::timeout(CALL_TIMEOUT, api.get_opt(name)).await {
+        Ok(Ok(Some(c))) => c,
+        Ok(Ok(None)) => return None,
+        _ => return Some(by_hand()),
+    };
+    let ours = existing
+        .webhooks
+        .iter()
+        .flatten()
+        .any(|w| w.client_config.url.as_deref() == Some(url));
+    if !ours {
+        return None;
+    }
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: existing.metadata.resource_version.clone(),
+            uid: existing.metadata.uid.clone(),
+        }),
+        ..kube::api::DeleteParams::default()
+    };
+    match tokio::time::timeout(CALL_TIMEOUT, api.delete(name, &params)).await {
+        Ok(Ok(_)) => {
+            tracing::info!(configuration = %name, "removed this run's admission webhook configuration");
+            None
+        }
+        // Changed since (another run took it over): theirs now.
+        Ok(Err(kube::Error::Api(e))) if e.code == 409 || e.code == 404 => None,
+        _ => Some(by_hand()),
+    }
 }
 
 /// Keeps the webhook registered and its certificate current until `stop`.
@@ -375,12 +422,23 @@ mod tests {
 
     #[test]
     fn scoped_operators_get_their_own_configuration() {
-        assert_eq!(Registration::default_name(None, None), "kite-operator");
-        let a = Registration::default_name(Some("team-a"), None);
-        let b = Registration::default_name(Some("team-b"), None);
+        assert_eq!(
+            Registration::default_name(None, None, false),
+            "kite-operator"
+        );
+        let a = Registration::default_name(Some("team-a"), None, false);
+        let b = Registration::default_name(Some("team-b"), None, false);
         assert_ne!(a, b);
-        assert_eq!(a, Registration::default_name(Some("team-a"), None));
+        assert_eq!(a, Registration::default_name(Some("team-a"), None, false));
         assert!(a.starts_with("kite-operator-") && a.len() <= 63);
+        // A local run never shares a name with the in-cluster install.
+        assert_eq!(
+            Registration::default_name(None, None, true),
+            "kite-operator-local"
+        );
+        let local = Registration::default_name(Some("team-a"), None, true);
+        assert!(local.starts_with("kite-operator-local-") && local.len() <= 63);
+        assert_ne!(local, a);
     }
 
     #[test]

@@ -28,6 +28,7 @@ macro_rules! controller_resource {
             derive = "PartialEq",
             printcolumn = r#"{"name": "Kind", "type": "string", "jsonPath": ".status.watching"}"#,
             printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+            printcolumn = r#"{"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"}"#,
             printcolumn = r#"{"name": "Reconciles", "type": "integer", "jsonPath": ".status.reconciles"}"#,
             printcolumn = r#"{"name": "Errors", "type": "integer", "jsonPath": ".status.errors"}"#,
             printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
@@ -231,10 +232,18 @@ mod tests {
             .collect();
         assert_eq!(
             columns,
-            ["Kind", "Ready", "Reconciles", "Errors", "Age", "Replica"]
+            [
+                "Kind",
+                "Ready",
+                "Reason",
+                "Reconciles",
+                "Errors",
+                "Age",
+                "Replica"
+            ]
         );
         assert_eq!(
-            v["additionalPrinterColumns"][5]["priority"], 1,
+            v["additionalPrinterColumns"][6]["priority"], 1,
             "the replica shows with -o wide"
         );
         let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];

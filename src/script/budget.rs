@@ -145,17 +145,29 @@ pub fn check() -> Result<(), Interrupted> {
     })
 }
 
-/// Nodes a builtin walks between two looks at the call's memory and time.
-const WALK_CHECK: usize = 1024;
+/// Work (a node is 64 units, a byte copied one) a builtin does between two looks at
+/// the call's memory and time: 1024 nodes, or 64 KiB copied.
+const WALK_CHECK: usize = 64 * 1024;
 
-/// Counts one more node of a script value a builtin walks in Rust (to JSON, to template
-/// data), and every [`WALK_CHECK`] nodes says why the walk must stop, if it must: the
-/// call's memory or time ran out. The evaluator's own checks do not run inside a
+thread_local! {
+    /// Work done on this thread since the last look, whatever the walk: a builtin that
+    /// converts many small values (each argument, each document) is counted as one.
+    static WALKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one more step of work a builtin does in Rust with script data (a node of a
+/// value converted to JSON or template data, an argument formatted, a match copied),
+/// copying `bytes`; every [`WALK_CHECK`] of work, says why it must stop, if it must:
+/// the call's memory or time ran out. The evaluator's own checks do not run inside a
 /// builtin, and a value that repeats a shared one many times over can be far larger
 /// than its heap (`d = [[["x"] * 800] * 800] * 800`).
-pub fn walk_step(nodes: &mut usize) -> Option<String> {
-    *nodes += 1;
-    if !(*nodes).is_multiple_of(WALK_CHECK) {
+pub fn walk_step(bytes: usize) -> Option<String> {
+    let walked = WALKED.with(|w| {
+        let walked = w.get().saturating_add(64).saturating_add(bytes);
+        w.set(if walked >= WALK_CHECK { 0 } else { walked });
+        walked
+    });
+    if walked < WALK_CHECK {
         return None;
     }
     if crate::script::memory::exhausted() {

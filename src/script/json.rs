@@ -77,11 +77,12 @@ fn number_to_starlark<'v>(heap: Heap<'v>, n: &Number) -> Value<'v> {
 /// Values with no JSON form (functions, non-string dict keys, integers beyond 64 bits,
 /// NaN, cycles) fail with an error that names where in the value the problem is.
 pub fn from_starlark(value: Value) -> Result<Json> {
-    convert(value, &mut String::from("$"), 0, &mut 0)
+    convert(value, &mut String::from("$"), 0)
 }
 
-fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> Result<Json> {
-    if let Some(why) = crate::script::budget::walk_step(nodes) {
+fn convert(value: Value, path: &mut String, depth: usize) -> Result<Json> {
+    let copied = value.unpack_str().map_or(0, str::len);
+    if let Some(why) = crate::script::budget::walk_step(copied) {
         return Err(Error::Stopped {
             path: path.chars().take(200).collect(),
             why,
@@ -125,7 +126,7 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
             });
     }
     if let Some(d) = AttrDict::dict_of(value) {
-        return convert(d, path, depth, nodes);
+        return convert(d, path, depth);
     }
     if let Some(dict) = DictRef::from_value(value) {
         let mut map = Map::new();
@@ -139,7 +140,7 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
             let len = path.len();
             path.push('.');
             path.push_str(key);
-            let v = convert(v, path, depth + 1, nodes)?;
+            let v = convert(v, path, depth + 1)?;
             path.truncate(len);
             map.insert(key.to_owned(), v);
         }
@@ -149,11 +150,13 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
         .map(starlark::values::list::ListRef::content)
         .or_else(|| TupleRef::from_value(value).map(starlark::values::tuple::TupleRef::content));
     if let Some(items) = items {
-        let mut out = Vec::with_capacity(items.len());
+        // Grown as converted: a long list of one shared value is refused by the walk's
+        // checks, not in one allocation up front.
+        let mut out = Vec::with_capacity(items.len().min(1024));
         for (i, v) in items.iter().enumerate() {
             let len = path.len();
             path.push_str(&format!("[{i}]"));
-            out.push(convert(*v, path, depth + 1, nodes)?);
+            out.push(convert(*v, path, depth + 1)?);
             path.truncate(len);
         }
         return Ok(Json::Array(out));

@@ -176,20 +176,21 @@ fn record_parked() {
 }
 
 /// Parks this thread for good, in a guard that parks, when `size` alone is more than
-/// the whole budget, or would take the thread's use past twice its budget (a builtin
-/// copying a shared string into one JSON text per reference, inside one instruction,
-/// where the between-instructions check cannot stop it); returns otherwise.
+/// the whole budget; returns otherwise.
+///
+/// Only one allocation that large parks: a thread parked while it holds a lock others
+/// share (a cache's, discovery's) would stall them all, and the blocks code allocates
+/// under such locks are far smaller than a budget. Many smaller blocks that together
+/// pass the budget inside one builtin call are stopped by the builtin's own checks
+/// (`budget::walk_step`), and otherwise at the next instruction.
 fn park_if_hopeless(size: usize, align: usize) {
     if size <= SMALL || is_chunk(size, align) {
         return;
     }
-    let left = BUDGET.try_with(Cell::get).ok().flatten();
     let hopeless = LIMIT
         .try_with(|l| {
             l.get().is_some_and(|(limit, overrun)| {
-                let size = size.cast_signed();
-                overrun == Overrun::Park
-                    && (size > limit || left.is_some_and(|left| left - size < -limit))
+                overrun == Overrun::Park && size.cast_signed() > limit
             })
         })
         .unwrap_or(false);

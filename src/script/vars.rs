@@ -76,12 +76,18 @@ impl Vars {
         }
     }
 
-    /// The raw value of `name`, recording that the script asked for it.
+    /// The raw value of `name`, recording that the script asked for it (only names
+    /// that were set are recorded: `unused` needs no others, and a script asking for a
+    /// new name on every call must not grow the record).
     pub fn get(&self, name: &str) -> Option<&serde_json::Value> {
-        if let Ok(mut read) = self.read.lock() {
+        let value = self.values.get(name);
+        if value.is_some()
+            && let Ok(mut read) = self.read.lock()
+            && !read.contains(name)
+        {
             read.insert(name.to_owned());
         }
-        self.values.get(name)
+        value
     }
 
     /// Variables that were set but never read and whose name does not appear as a

@@ -75,7 +75,7 @@ fn custom(args: &[Value]) -> Option<String> {
     Some(if rest.is_empty() {
         msg
     } else {
-        sprintf(&msg, rest)
+        sprintf(&msg, rest).unwrap_or_else(|e| e)
     })
 }
 

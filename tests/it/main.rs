@@ -13,6 +13,7 @@ mod chaos_etcd;
 mod cluster;
 mod control;
 mod control_leader;
+mod day_two;
 mod dev;
 mod discovery;
 mod escalation;

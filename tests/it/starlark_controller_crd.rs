@@ -68,7 +68,15 @@ async fn kubectl_get_shows_the_columns() {
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "KIND", "READY", "RECONCILES", "ERRORS", "AGE"]
+        [
+            "NAME",
+            "KIND",
+            "READY",
+            "REASON",
+            "RECONCILES",
+            "ERRORS",
+            "AGE"
+        ]
     );
     let listed = kubectl_ok(&["get", "starkite", "-n", &ns.name, "-o", "name"]).await;
     assert_eq!(listed.trim(), "starlarkcontroller.starkite.io/ok");

@@ -169,7 +169,18 @@ impl Discovery {
 
     /// Runs discovery, unless another caller replaced the snapshot `seen_run` (or filled
     /// the empty cache) while this one waited its turn.
+    ///
+    /// On a task of its own: a run holds `running` for every caller, and the caller may
+    /// be a script's thread, which can stop polling for good (parked by its memory
+    /// budget) or drop the call at its deadline; the task ends and lets go either way.
     async fn rediscover(&self, seen_run: Option<u64>) -> Result<Arc<Snapshot>> {
+        let this = self.clone();
+        tokio::spawn(async move { this.rediscover_here(seen_run).await })
+            .await
+            .unwrap_or_else(|e| Err(Error::RunDiscovery(e.to_string())))
+    }
+
+    async fn rediscover_here(&self, seen_run: Option<u64>) -> Result<Arc<Snapshot>> {
         let _running = self.inner.running.lock().await;
         let (current, last_run) = {
             let state = self.state();

@@ -34,6 +34,10 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// The discovery run's task ended without an answer (the runtime shutting down).
+    #[error("API discovery stopped: {0}")]
+    RunDiscovery(String),
+
     /// A discovery request did not answer in time.
     #[error("timed out after {}s waiting for the API server to {request}", .timeout.as_secs())]
     Timeout { request: String, timeout: Duration },

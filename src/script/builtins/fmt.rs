@@ -197,7 +197,11 @@ fn directive(spec: &Spec, verb: char, v: Value) -> String {
 /// %%`, with the flags `- + # 0` and space, a width and a precision (`*` takes them
 /// from the arguments). Mistakes show in the text as Go shows them: `%!d(string=x)`,
 /// `%!s(MISSING)`, `%!(EXTRA int=1)`.
-pub fn sprintf(format: &str, args: &[Value]) -> String {
+///
+/// # Errors
+/// The call's memory or time ran out while formatting (arguments that repeat one
+/// large string many times over).
+pub fn sprintf(format: &str, args: &[Value]) -> Result<String, String> {
     let mut out = String::with_capacity(format.len());
     let mut args = args.iter().copied();
     let mut chars = format.chars().peekable();
@@ -236,19 +240,34 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             continue;
         }
         match args.next() {
-            Some(v) => out.push_str(&directive(&spec, verb, v)),
+            Some(v) => {
+                let piece = directive(&spec, verb, v);
+                checked(piece.len())?;
+                out.push_str(&piece);
+            }
             None => {
                 let _ = write!(out, "%!{verb}(MISSING)");
             }
         }
     }
-    let extra: Vec<String> = args
-        .map(|v| format!("{}={}", v.get_type(), plain(v)))
-        .collect();
+    let mut extra = Vec::new();
+    for v in args {
+        let piece = format!("{}={}", v.get_type(), plain(v));
+        checked(piece.len())?;
+        extra.push(piece);
+    }
     if !extra.is_empty() {
         let _ = write!(out, "%!(EXTRA {})", extra.join(", "));
     }
-    out
+    Ok(out)
+}
+
+/// Counts `bytes` formatted against the call's budgets (see `budget::walk_step`).
+fn checked(bytes: usize) -> Result<(), String> {
+    match crate::script::budget::walk_step(bytes) {
+        Some(why) => Err(format!("fmt: formatting stopped: {why}")),
+        None => Ok(()),
+    }
 }
 
 /// Writes `text` as one line through the script's `print`.
@@ -267,8 +286,14 @@ fn emit(eval: &mut Evaluator<'_, '_, '_>, text: &str) -> anyhow::Result<NoneType
     Ok(NoneType)
 }
 
-fn println_text(args: &[Value]) -> String {
-    args.iter().map(|v| plain(*v)).collect::<Vec<_>>().join(" ")
+fn println_text(args: &[Value]) -> Result<String, String> {
+    let mut pieces = Vec::new();
+    for v in args {
+        let piece = plain(*v);
+        checked(piece.len())?;
+        pieces.push(piece);
+    }
+    Ok(pieces.join(" "))
 }
 
 /// `printf`, `println` and `sprintf`: in the `fmt` namespace and as globals.
@@ -280,7 +305,7 @@ fn fmt_functions(builder: &mut GlobalsBuilder) {
         #[starlark(args)] args: starlark::values::tuple::UnpackTuple<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        let text = sprintf(format, &args.items);
+        let text = sprintf(format, &args.items).map_err(anyhow::Error::msg)?;
         emit(eval, &text)
     }
 
@@ -289,7 +314,7 @@ fn fmt_functions(builder: &mut GlobalsBuilder) {
         #[starlark(args)] args: starlark::values::tuple::UnpackTuple<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        let text = println_text(&args.items);
+        let text = println_text(&args.items).map_err(anyhow::Error::msg)?;
         emit(eval, &text)
     }
 
@@ -298,7 +323,7 @@ fn fmt_functions(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] format: &str,
         #[starlark(args)] args: starlark::values::tuple::UnpackTuple<Value<'v>>,
     ) -> anyhow::Result<String> {
-        Ok(self::sprintf(format, &args.items))
+        self::sprintf(format, &args.items).map_err(anyhow::Error::msg)
     }
 }
 

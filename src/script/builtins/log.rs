@@ -116,7 +116,15 @@ fn attrs_of(call: &str, attrs: Value) -> anyhow::Result<Map<String, Json>> {
                 k.to_repr()
             );
         };
-        let value = from_starlark(v).unwrap_or_else(|_| Json::String(v.to_str()));
+        // A value with no JSON form is logged as its text; one the budgets stopped is
+        // an error (writing its text would do the same work again, unchecked).
+        let value = match from_starlark(v) {
+            Ok(value) => value,
+            Err(e @ crate::script::json::Error::Stopped { .. }) => {
+                anyhow::bail!("{call}: attrs[{key:?}]: {e}")
+            }
+            Err(_) => Json::String(v.to_str()),
+        };
         fields.insert(key.to_owned(), value);
     }
     Ok(fields)

@@ -177,27 +177,37 @@ fn find<'v>(heap: Heap<'v>, re: &Regex, s: &str) -> Value<'v> {
         .map_or(Value::new_none(), |c| heap.alloc(Match::of(re, &c)))
 }
 
-/// Matches between two looks at the call's time budget.
-const CHECK_EVERY: usize = 64;
-
-/// Collects `items`, looking at the call's time budget every [`CHECK_EVERY`]: each
+/// Counts `bytes` of work against the call's budgets (`budget::walk_step`): each
 /// search is linear in the text, but the matches of a long text can be as many as its
-/// characters, and the evaluator's own check does not run inside a builtin.
-fn collect_in_budget<T>(items: impl Iterator<Item = T>) -> anyhow::Result<Vec<T>> {
+/// characters, each copying its groups, and the evaluator's own checks do not run
+/// inside a builtin.
+fn step(bytes: usize) -> anyhow::Result<()> {
+    match crate::script::budget::walk_step(bytes) {
+        Some(why) => anyhow::bail!("regexp: stopped: {why}"),
+        None => Ok(()),
+    }
+}
+
+/// Collects `items`, counting each one's `weight` in bytes (see [`step`]).
+fn collect_in_budget<T>(
+    items: impl Iterator<Item = T>,
+    weight: impl Fn(&T) -> usize,
+) -> anyhow::Result<Vec<T>> {
     let mut out = Vec::new();
-    for (i, item) in items.enumerate() {
-        if i % CHECK_EVERY == 0 {
-            crate::script::budget::check()?;
-        }
+    for item in items {
+        step(weight(&item))?;
         out.push(item);
     }
     Ok(out)
 }
 
 fn find_all<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> anyhow::Result<Value<'v>> {
-    let all = re.captures_iter(s).map(|c| Match::of(re, &c));
-    let found = collect_in_budget(all.take(limit(n).unwrap_or(usize::MAX)))?;
-    Ok(heap.alloc(AllocList(found)))
+    let all = re.captures_iter(s).map(|c| {
+        let copied: usize = c.iter().flatten().map(|m| m.len()).sum();
+        (Match::of(re, &c), copied)
+    });
+    let found = collect_in_budget(all.take(limit(n).unwrap_or(usize::MAX)), |m| m.1)?;
+    Ok(heap.alloc(AllocList(found.into_iter().map(|m| m.0))))
 }
 
 /// Every match replaced, `$1` and `${name}` expanded (as `Regex::replace_all`), within
@@ -205,12 +215,10 @@ fn find_all<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> anyhow::Result<V
 fn replace(re: &Regex, s: &str, repl: &str) -> anyhow::Result<String> {
     let mut out = String::with_capacity(s.len());
     let mut last = 0;
-    for (i, caps) in re.captures_iter(s).enumerate() {
-        if i % CHECK_EVERY == 0 {
-            crate::script::budget::check()?;
-        }
+    for caps in re.captures_iter(s) {
         // Group 0 is the whole match, always present.
         let Some(m) = caps.get(0) else { continue };
+        step(m.start() - last + repl.len())?;
         out.push_str(&s[last..m.start()]);
         caps.expand(repl, &mut out);
         last = m.end();
@@ -222,8 +230,8 @@ fn replace(re: &Regex, s: &str, repl: &str) -> anyhow::Result<String> {
 fn split<'v>(heap: Heap<'v>, re: &Regex, s: &str, n: i32) -> anyhow::Result<Value<'v>> {
     let parts: Vec<&str> = match limit(n) {
         Some(0) => Vec::new(),
-        Some(n) => collect_in_budget(re.splitn(s, n))?,
-        None => collect_in_budget(re.split(s))?,
+        Some(n) => collect_in_budget(re.splitn(s, n), |p| p.len())?,
+        None => collect_in_budget(re.split(s), |p| p.len())?,
     };
     Ok(heap.alloc(AllocList(parts)))
 }

@@ -289,6 +289,18 @@ pub fn yaml_files(builder: &mut GlobalsBuilder) {
 mod tests {
     use crate::script::builtins::testing::{eval, eval_allowing};
 
+    /// Issue 26: many conversions in one call, each small in nodes but large in the
+    /// strings they copy, are counted together against the memory budget.
+    #[test]
+    fn many_documents_repeating_a_large_string_stop_at_the_budget() {
+        let code =
+            "s = 'x' * 65000\nd = {('k%d' % i): s for i in range(1000)}\nyaml.encode_all([d] * 8)";
+        let e = crate::script::memory::guard(64 << 20, || eval(code))
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("passed the script's memory limit"), "{e}");
+    }
+
     #[test]
     fn encode_and_decode() {
         assert_eq!(

@@ -63,7 +63,7 @@ impl Data {
         if value.is_none() {
             return Ok(Data::Missing);
         }
-        convert(value, &mut String::from("$"), 0, &mut 0)
+        convert(value, &mut String::from("$"), 0)
     }
 
     /// Go's notion of truth: false, 0, nil, and empty strings, lists and maps are false.
@@ -175,8 +175,9 @@ pub fn go_float(f: f64) -> String {
     format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
 }
 
-fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> Result<Data> {
-    if let Some(why) = crate::script::budget::walk_step(nodes) {
+fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
+    let copied = value.unpack_str().map_or(0, str::len);
+    if let Some(why) = crate::script::budget::walk_step(copied) {
         return Err(Error::Stopped {
             path: path.chars().take(200).collect(),
             why,
@@ -211,7 +212,7 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
         return Ok(Data::str(&String::from_utf8_lossy(b.as_bytes())));
     }
     if let Some(d) = AttrDict::dict_of(value) {
-        return convert(d, path, depth, nodes);
+        return convert(d, path, depth);
     }
     if let Some(dict) = DictRef::from_value(value) {
         let mut map = BTreeMap::new();
@@ -222,17 +223,14 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
                     path: path.clone(),
                 });
             };
-            map.insert(key.to_owned(), field(v, key, path, depth, nodes)?);
+            map.insert(key.to_owned(), field(v, key, path, depth)?);
         }
         return Ok(Data::Map(Arc::new(map)));
     }
     if let Some(s) = StructRef::from_value(value) {
         let mut map = BTreeMap::new();
         for (k, v) in s.iter() {
-            map.insert(
-                k.as_str().to_owned(),
-                field(v, k.as_str(), path, depth, nodes)?,
-            );
+            map.insert(k.as_str().to_owned(), field(v, k.as_str(), path, depth)?);
         }
         return Ok(Data::Map(Arc::new(map)));
     }
@@ -240,11 +238,11 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
         .map(ListRef::content)
         .or_else(|| TupleRef::from_value(value).map(TupleRef::content));
     if let Some(items) = items {
-        let mut out = Vec::with_capacity(items.len());
+        let mut out = Vec::with_capacity(items.len().min(1024));
         for (i, v) in items.iter().enumerate() {
             let len = path.len();
             let _ = write!(path, "[{i}]");
-            out.push(convert(*v, path, depth + 1, nodes)?);
+            out.push(convert(*v, path, depth + 1)?);
             path.truncate(len);
         }
         return Ok(Data::List(Arc::from(out)));
@@ -255,11 +253,11 @@ fn convert(value: Value, path: &mut String, depth: usize, nodes: &mut usize) -> 
     })
 }
 
-fn field(v: Value, key: &str, path: &mut String, depth: usize, nodes: &mut usize) -> Result<Data> {
+fn field(v: Value, key: &str, path: &mut String, depth: usize) -> Result<Data> {
     let len = path.len();
     path.push('.');
     path.push_str(key);
-    let out = convert(v, path, depth + 1, nodes);
+    let out = convert(v, path, depth + 1);
     path.truncate(len);
     out
 }
