@@ -8,6 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -135,6 +136,9 @@ impl Metrics {
     }
 }
 
+/// The labels of one series of a labelled family, as (name, value) pairs.
+pub type Labels = Vec<(String, String)>;
+
 /// One controller in a scrape: `controller="<name>"` plus `extra` labels (e.g. the
 /// operator's `starlarkcontroller`), and its metrics.
 #[derive(Debug, Clone)]
@@ -161,6 +165,24 @@ impl Scrape {
         let g: Gauge = Gauge::default();
         g.set(value);
         self.registry.register(name, help, g);
+    }
+
+    /// Adds a gauge with one series per label set (e.g. `kite_operator_ready`).
+    pub fn labelled_gauge(&mut self, name: &str, help: &str, series: Vec<(Labels, i64)>) {
+        let family: Family<Labels, Gauge> = Family::default();
+        for (labels, value) in series {
+            family.get_or_create(&labels).set(value);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    /// Adds a counter with one series per label set.
+    pub fn labelled_counter(&mut self, name: &str, help: &str, series: Vec<(Labels, u64)>) {
+        let family: Family<Labels, Counter> = Family::default();
+        for (labels, value) in series {
+            family.get_or_create(&labels).inc_by(value);
+        }
+        self.registry.register(name, help, family);
     }
 
     /// Adds the controllers' series, each metric's samples together under its one

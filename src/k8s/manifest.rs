@@ -30,7 +30,16 @@ fn collect(value: Value, out: &mut Vec<Json>, depth: usize) -> anyhow::Result<()
         );
     }
     if let Some(text) = value.unpack_str() {
-        for doc in parse_yaml(text)? {
+        // A list may repeat one large text many times: each parse is counted against
+        // the call's budgets, before and after.
+        if let Some(why) = crate::script::budget::walk_step(text.len()) {
+            anyhow::bail!("reading the manifests stopped: {why}");
+        }
+        let docs = parse_yaml(text)?;
+        if crate::script::memory::exhausted() {
+            anyhow::bail!("reading the manifests stopped: it passed the script's memory limit");
+        }
+        for doc in docs {
             push(doc, out, 0)?;
         }
         return Ok(());
@@ -88,6 +97,26 @@ mod tests {
     use super::*;
     use crate::script::yaml::to_yaml;
     use serde_json::json;
+
+    /// Issue 26: one large manifest text repeated in a list is parsed within the
+    /// memory budget, not once per element unchecked.
+    #[test]
+    fn a_repeated_manifest_text_stops_at_the_budget() {
+        use starlark::environment::{Globals, Module};
+        use starlark::eval::Evaluator;
+        use starlark::syntax::{AstModule, Dialect};
+        let code = "doc = 'kind: ConfigMap\\ndata:\\n' + ''.join(['  k%d: v\\n' % i for i in range(20000)])\n[doc] * 2000";
+        let e = Module::with_temp_heap(|module| {
+            let ast = AstModule::parse("m.star", code.to_owned(), &Dialect::Extended).unwrap();
+            let mut eval = Evaluator::new(&module);
+            let docs = eval.eval_module(ast, &Globals::standard()).unwrap();
+            crate::script::memory::guard(64 << 20, || manifests(docs).map(|d| d.len()))
+                .unwrap()
+                .unwrap_err()
+                .to_string()
+        });
+        assert!(e.contains("passed the script's memory limit"), "{e}");
+    }
 
     #[test]
     fn yaml_numbers_are_plain() {

@@ -257,9 +257,13 @@ fn argv<'v>(command: Value<'v>, heap: Heap<'v>) -> anyhow::Result<Vec<String>> {
         .map_err(starlark::Error::into_anyhow)?
         .enumerate()
         .map(|(i, v)| {
-            v.unpack_str().map(str::to_owned).ok_or_else(|| {
+            let arg = v.unpack_str().ok_or_else(|| {
                 anyhow::anyhow!("command[{i}] must be a string, not {}", v.get_type())
-            })
+            })?;
+            if let Some(why) = crate::script::budget::walk_step(arg.len()) {
+                anyhow::bail!("command: stopped: {why}");
+            }
+            Ok(arg.to_owned())
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     if argv.is_empty() {

@@ -652,6 +652,32 @@ impl crate::http::Probe for Probe {
             "Threads parked for good because a hosted script asked for more than its whole memory budget at once",
             i64::try_from(crate::script::memory::parked()).unwrap_or(i64::MAX),
         );
+        let ready = self
+            .registry
+            .readiness()
+            .into_iter()
+            .map(|(cr, reason, ok)| {
+                let labels = vec![
+                    ("starlarkcontroller".to_owned(), cr),
+                    ("reason".to_owned(), reason),
+                ];
+                (labels, i64::from(ok))
+            })
+            .collect();
+        scrape.labelled_gauge(
+            "kite_operator_ready",
+            "Whether each StarlarkController's Ready condition is True, with its reason",
+            ready,
+        );
+        let reviews = super::webhook::reviews()
+            .into_iter()
+            .map(|(result, n)| (vec![("result".to_owned(), result.to_owned())], n))
+            .collect();
+        scrape.labelled_counter(
+            "kite_operator_admission_reviews",
+            "Admission reviews answered, by result (approved, refused, timed_out, malformed)",
+            reviews,
+        );
         self.registry.add_metrics(&mut scrape);
         scrape.render()
     }

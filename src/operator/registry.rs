@@ -226,6 +226,23 @@ impl Registry {
         scrape.controllers(series);
     }
 
+    /// Each StarlarkController's Ready condition, as (resource, reason, ready): what
+    /// an alert on controllers that do not run (NotApproved, ScriptError, ...) needs.
+    pub fn readiness(&self) -> Vec<(String, String, bool)> {
+        self.lock()
+            .iter()
+            .filter_map(|((ns, name), e)| {
+                let ready = e.outcome.conditions.iter().find(|c| c.type_ == "Ready")?;
+                let shown = if ns.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{ns}/{name}")
+                };
+                Some((shown, ready.reason.clone(), ready.ok))
+            })
+            .collect()
+    }
+
     /// How many StarlarkControllers are running.
     pub fn running(&self) -> usize {
         self.lock().values().filter(|e| e.hosted.is_some()).count()

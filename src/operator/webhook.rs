@@ -145,6 +145,53 @@ pub async fn webhook(
     Ok((bound, serve))
 }
 
+/// Reviews answered since the start, by result: approved, refused, timed out (the
+/// review did not finish in time) and malformed (not an AdmissionReview).
+static REVIEWS: [std::sync::atomic::AtomicU64; 4] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+
+/// A review's result, for [`reviews`].
+#[derive(Debug, Clone, Copy)]
+enum Reviewed {
+    Approved = 0,
+    Refused = 1,
+    TimedOut = 2,
+    Malformed = 3,
+}
+
+impl Reviewed {
+    const ALL: [Reviewed; 4] = [
+        Reviewed::Approved,
+        Reviewed::Refused,
+        Reviewed::TimedOut,
+        Reviewed::Malformed,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Reviewed::Approved => "approved",
+            Reviewed::Refused => "refused",
+            Reviewed::TimedOut => "timed_out",
+            Reviewed::Malformed => "malformed",
+        }
+    }
+
+    fn count(self) {
+        REVIEWS[self as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The admission reviews answered since the start, as (result, count).
+pub fn reviews() -> Vec<(&'static str, u64)> {
+    Reviewed::ALL
+        .iter()
+        .map(|r| {
+            let n = REVIEWS[*r as usize].load(std::sync::atomic::Ordering::Relaxed);
+            (r.label(), n)
+        })
+        .collect()
+}
+
 async fn handle(ctx: &Context, path: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::POST || req.uri().path() != path {
         return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"));
@@ -156,21 +203,32 @@ async fn handle(ctx: &Context, path: &str, req: Request<Incoming>) -> Response<F
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
+            Reviewed::Malformed.count();
             let text = format!("not an AdmissionReview: {e}\n");
             return reply(StatusCode::BAD_REQUEST, Bytes::from(text));
         }
     };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
-        Err(e) => AdmissionResponse::invalid(e),
-        Ok(request) => match tokio::time::timeout(REVIEW_TIMEOUT, admission(ctx, &request)).await {
-            Ok(r) => {
+        Err(e) => {
+            Reviewed::Malformed.count();
+            AdmissionResponse::invalid(e)
+        }
+        Ok(request) => {
+            if let Ok(r) = tokio::time::timeout(REVIEW_TIMEOUT, admission(ctx, &request)).await {
                 log(&request, &r);
+                if r.allowed {
+                    Reviewed::Approved.count();
+                } else {
+                    Reviewed::Refused.count();
+                }
                 r
+            } else {
+                Reviewed::TimedOut.count();
+                AdmissionResponse::from(&request)
+                    .deny("the kite operator could not finish the review in time; try again")
             }
-            Err(_) => AdmissionResponse::from(&request)
-                .deny("the kite operator could not finish the review in time; try again"),
-        },
+        }
     };
     match serde_json::to_vec(&response.into_review()) {
         Ok(json) => {

@@ -90,3 +90,119 @@ async fn a_local_run_leaves_no_webhook_configuration_behind() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The `kite_*` metric names in `text`.
+fn named_metrics(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("kite_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        // Not part of a longer identifier (e.g. a label value "...kite_x").
+        let before = rest[..at].chars().last();
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            names.insert(tail[..end].to_owned());
+        }
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// Issue 29: the alerts and the dashboard in `config/prometheus` name only metrics a
+/// running operator exports (sharded, with a controller that ran), and every alert has
+/// what Alertmanager routes and shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_alerts_and_the_dashboard_name_only_exported_metrics() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("dashboards").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let args = [
+        "--namespace",
+        ns,
+        "--shards",
+        "auto",
+        "--operator-namespace",
+        ns,
+    ];
+    let op = Operator::start_with(ns, &ceiling, &args).await;
+    apply_slc(ns, "watched", max_replicas_spec(ns, "3")).await;
+    wait_condition(ns, "watched", "Ready", "True", T).await;
+    let scrape = wait_for("the controller's and the shard's series", T, || async {
+        let m = op.metrics().await;
+        (m.contains("kite_reconcile_total{") && m.contains("kite_operator_shard_controllers"))
+            .then_some(m)
+    })
+    .await;
+    let exported: std::collections::BTreeSet<String> = scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        exported.contains("kite_operator_ready")
+            && exported.contains("kite_operator_admission_reviews_total"),
+        "{scrape}"
+    );
+    let root = repo_root().join("config/prometheus");
+    let rules_text = std::fs::read_to_string(root.join("rules.yaml")).unwrap();
+    let dashboard_text = std::fs::read_to_string(root.join("dashboard.json")).unwrap();
+    for (file, text) in [
+        ("rules.yaml", &rules_text),
+        ("dashboard.json", &dashboard_text),
+    ] {
+        let named = named_metrics(text);
+        assert!(!named.is_empty(), "{file} names no kite metric");
+        let unknown: Vec<&String> = named.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names {unknown:?}, which kite does not export ({exported:?})"
+        );
+    }
+    let rules: Json = serde_saphyr::from_str(&rules_text).unwrap();
+    assert_eq!(rules["kind"], "PrometheusRule");
+    let alerts: Vec<&Json> = rules["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert!(alerts.len() >= 8, "{alerts:?}");
+    for a in alerts {
+        assert!(
+            a["alert"].is_string()
+                && a["expr"].is_string()
+                && a["labels"]["severity"].is_string()
+                && a["annotations"]["summary"].is_string(),
+            "{a}"
+        );
+    }
+    let dashboard: Json = serde_json::from_str(&dashboard_text).unwrap();
+    let rows: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "row")
+        .filter_map(|p| p["repeat"].as_str())
+        .collect();
+    assert_eq!(
+        rows,
+        ["starlarkcontroller", "pod"],
+        "one row per controller and per replica"
+    );
+    // The kustomization builds, with the dashboard in a ConfigMap Grafana's sidecar finds.
+    let built = kubectl_ok(&["kustomize", "config/prometheus"]).await;
+    for kind in [
+        "kind: Service",
+        "kind: ServiceMonitor",
+        "kind: PrometheusRule",
+        "kind: ClusterRoleBinding",
+        "kind: ConfigMap",
+        "grafana_dashboard: \"1\"",
+    ] {
+        assert!(built.contains(kind), "{kind} not in:\n{built}");
+    }
+}

@@ -38,6 +38,16 @@ mod tests {
 
     /// Issue 26: a value that repeats a shared one (512 million strings in a few KB of
     /// heap) is not copied out past the memory budget or the deadline.
+    /// Issue 26: dict keys are counted as they are copied, not only values.
+    #[test]
+    fn large_keys_repeated_stop_at_the_memory_budget() {
+        let code = "d = {'x' * (1 << 20): 0}\nl = [d] * 300\njson.encode(l)";
+        let e = crate::script::memory::guard(64 << 20, || eval(code))
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("passed the script's memory limit"), "{e}");
+    }
+
     #[test]
     fn a_value_repeating_a_shared_one_stops_at_the_budgets() {
         use crate::script::budget::{Budget, scope};

@@ -254,6 +254,13 @@ fn convert(value: Value, path: &mut String, depth: usize) -> Result<Data> {
 }
 
 fn field(v: Value, key: &str, path: &mut String, depth: usize) -> Result<Data> {
+    // The key is copied (into the path, and the map): counted like a value.
+    if let Some(why) = crate::script::budget::walk_step(key.len()) {
+        return Err(Error::Stopped {
+            path: path.chars().take(200).collect(),
+            why,
+        });
+    }
     let len = path.len();
     path.push('.');
     path.push_str(key);
