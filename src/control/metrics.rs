@@ -35,7 +35,9 @@ pub enum Outcome {
 impl Outcome {
     const ALL: [Self; 3] = [Self::Success, Self::Requeue, Self::Error];
 
-    fn label(self) -> &'static str {
+    /// Its name in metrics and status: success, requeue or error.
+    #[must_use]
+    pub fn label(self) -> &'static str {
         match self {
             Self::Success => "success",
             Self::Requeue => "requeue",
@@ -77,6 +79,25 @@ pub struct Latest {
     pub reconcile: Option<std::time::SystemTime>,
     /// The first line of the error, with the script's file:line:col when it has one.
     pub error: Option<String>,
+    /// The last few reconciles, oldest first ([`RECENT`] at most).
+    pub recent: std::collections::VecDeque<Recent>,
+}
+
+/// Reconciles kept in [`Latest::recent`].
+pub const RECENT: usize = 5;
+
+/// One reconcile, as `kubectl describe` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recent {
+    pub at: std::time::SystemTime,
+    /// `namespace/name` of the object.
+    pub key: String,
+    /// What started it: add, update, event, resync, related...
+    pub trigger: String,
+    pub duration: Duration,
+    pub outcome: Outcome,
+    /// The first line of its error.
+    pub error: Option<String>,
 }
 
 impl Metrics {
@@ -93,6 +114,16 @@ impl Metrics {
             l.reconcile = Some(std::time::SystemTime::now());
         }
         self.duration.observe(duration.as_secs_f64());
+    }
+
+    /// Remembers one reconcile among the recent ones.
+    pub fn record_recent(&self, recent: Recent) {
+        if let Ok(mut l) = self.latest.lock() {
+            if l.recent.len() >= RECENT {
+                l.recent.pop_front();
+            }
+            l.recent.push_back(recent);
+        }
     }
 
     /// Remembers the latest handler error.

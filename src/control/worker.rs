@@ -251,14 +251,20 @@ pub(super) fn process(
                 }
                 _ => None,
             };
-            shared.metrics.record_reconcile(
-                if requeue.is_some() {
-                    Recorded::Requeue
-                } else {
-                    Recorded::Success
-                },
-                elapsed,
-            );
+            let recorded = if requeue.is_some() {
+                Recorded::Requeue
+            } else {
+                Recorded::Success
+            };
+            shared.metrics.record_recent(super::metrics::Recent {
+                at: std::time::SystemTime::now(),
+                key: key.to_string(),
+                trigger: trigger.to_owned(),
+                duration: elapsed,
+                outcome: recorded,
+                error: None,
+            });
+            shared.metrics.record_reconcile(recorded, elapsed);
             tracing::info!(
                 controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
                 outcome = if requeue.is_some() { "requeue" } else { "success" },
@@ -368,9 +374,16 @@ fn failed(
     e: &Error,
 ) -> Option<Duration> {
     shared.metrics.record_reconcile(Recorded::Error, elapsed);
-    shared
-        .metrics
-        .record_error(crate::script::run::summary(&e.to_string()));
+    let summary = crate::script::run::summary(&e.to_string());
+    shared.metrics.record_recent(super::metrics::Recent {
+        at: std::time::SystemTime::now(),
+        key: key.to_string(),
+        trigger: trigger.to_owned(),
+        duration: elapsed,
+        outcome: Recorded::Error,
+        error: Some(summary.clone()),
+    });
+    shared.metrics.record_error(summary);
     let failures = shared.queue.failures(item) + 1;
     if failures > shared.spec.max_retries {
         shared.queue.forget(item);

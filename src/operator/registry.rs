@@ -257,5 +257,6 @@ fn live(h: &Hosted) -> Live {
         errors,
         last_error: latest.error,
         last_reconcile: latest.reconcile,
+        recent: latest.recent.into(),
     }
 }

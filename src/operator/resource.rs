@@ -174,6 +174,26 @@ pub struct StarlarkControllerStatus {
     /// The operator replica running it (`kite operator --shards auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<String>,
+    /// The last few reconciles, oldest first (`kubectl describe` shows them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_reconciles: Vec<RecentReconcile>,
+}
+
+/// One recent reconcile of a hosted controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentReconcile {
+    pub time: Time,
+    /// `namespace/name` of the object reconciled.
+    pub object: String,
+    /// What started it: add, update, event, resync, related...
+    pub trigger: String,
+    pub duration_ms: u64,
+    /// success, requeue or error.
+    pub result: String,
+    /// The first line of its error, with the script's file:line:col.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Both CustomResourceDefinitions, as YAML (`kite crd`, `crds/starlarkcontroller.yaml`).

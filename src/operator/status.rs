@@ -57,6 +57,7 @@ pub struct Live {
     pub errors: u64,
     pub last_error: Option<String>,
     pub last_reconcile: Option<std::time::SystemTime>,
+    pub recent: Vec<crate::control::metrics::Recent>,
 }
 
 fn time_of(t: std::time::SystemTime) -> Option<Time> {
@@ -105,6 +106,20 @@ pub fn render(
         started_at: outcome.started_at.clone(),
         // Written only by the claim (operator::shard), never by a status flush.
         replica: None,
+        recent_reconciles: live
+            .recent
+            .iter()
+            .filter_map(|r| {
+                Some(super::resource::RecentReconcile {
+                    time: time_of(r.at)?,
+                    object: r.key.clone(),
+                    trigger: r.trigger.clone(),
+                    duration_ms: crate::duration::millis(r.duration),
+                    result: r.outcome.label().to_owned(),
+                    error: r.error.clone(),
+                })
+            })
+            .collect(),
     }
 }
 

@@ -206,3 +206,54 @@ async fn the_alerts_and_the_dashboard_name_only_exported_metrics() {
         assert!(built.contains(kind), "{kind} not in:\n{built}");
     }
 }
+
+/// Issue 29: a tenant sees their controller's last reconciles in its status, and
+/// `kubectl describe`: the object, what started it, the result, and the error with the
+/// script's line.
+#[tokio::test(flavor = "multi_thread")]
+async fn describe_shows_the_last_reconciles() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("recent").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(
+        r#"[{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}]"#,
+    )
+    .await;
+    let _op = Operator::start(ns, &ceiling).await;
+    let script = "def reconcile(cm):\n    if cm.metadata.name == \"bad\":\n        fail(\"told to fail\")\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
+    apply_slc(ns, "picky", json!({"script": script})).await;
+    wait_condition(ns, "picky", "Ready", "True", T).await;
+    kubectl_ok(&["create", "configmap", "good", "-n", ns]).await;
+    kubectl_ok(&["create", "configmap", "bad", "-n", ns]).await;
+    let recent = wait_for("both reconciles in the status", T, || async {
+        let s = status(ns, "picky").await;
+        let recent = s["recentReconciles"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let seen = |object: &str, result: &str| {
+            recent
+                .iter()
+                .any(|r| r["object"] == format!("{ns}/{object}") && r["result"] == result)
+        };
+        (seen("good", "success") && seen("bad", "error")).then_some(recent)
+    })
+    .await;
+    assert!(recent.len() <= 5, "{recent:?}");
+    let failed = recent.iter().find(|r| r["result"] == "error").unwrap();
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("told to fail") && error.contains("picky.star:3:"),
+        "{failed}"
+    );
+    assert!(
+        failed["trigger"].is_string() && failed["durationMs"].is_u64(),
+        "{failed}"
+    );
+    let described = kubectl_ok(&["describe", "slc", "picky", "-n", ns]).await;
+    assert!(
+        described.contains("Recent Reconciles:") && described.contains("told to fail"),
+        "{described}"
+    );
+}
