@@ -388,7 +388,17 @@ pub fn decode_refs(v: Value) -> Result<Vec<(Option<String>, String)>> {
         return Ok(Vec::new());
     }
     let one = |item: Value| -> Result<(Option<String>, String)> {
+        if crate::script::memory::exhausted() {
+            return Err(Error::BadReturn(
+                "map_func's result passed the script's memory limit".into(),
+            ));
+        }
         if let Some(s) = item.unpack_str() {
+            // Longer than a namespace and a name can be: not copied (the caller
+            // ignores an empty name as no object's).
+            if s.len() > 63 + 1 + 253 {
+                return Ok((None, String::new()));
+            }
             return Ok(match s.split_once('/') {
                 Some((ns, name)) => (Some(ns.to_owned()), name.to_owned()),
                 None => (None, s.to_owned()),

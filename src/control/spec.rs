@@ -126,6 +126,24 @@ fn string(name: &str, v: Value) -> anyhow::Result<String> {
         .ok_or_else(|| err(format!("{name} must be a string, not {}", v.get_type())))
 }
 
+/// Secondary watches one `k8s.control` may ask for (`watch_owned` and `watch_related`
+/// each).
+const MAX_WATCHES: usize = 64;
+
+/// A kind name: a string no longer than any resource name can be.
+fn kind_name(name: &str, v: Value) -> anyhow::Result<String> {
+    let kind = v
+        .unpack_str()
+        .ok_or_else(|| err(format!("{name} must be a string, not {}", v.get_type())))?;
+    if kind.len() > 253 {
+        return Err(err(format!(
+            "{name} is {} characters long; a kind name has at most 253",
+            kind.len()
+        )));
+    }
+    Ok(kind.to_owned())
+}
+
 fn boolean(name: &str, v: Value) -> anyhow::Result<bool> {
     v.unpack_bool().ok_or_else(|| {
         err(format!(
@@ -261,13 +279,27 @@ pub fn parse<'v>(
     }
     let mut watch_owned = Vec::new();
     if let Some(v) = get("watch_owned") {
-        for item in items(v).ok_or_else(|| err("watch_owned must be a list of kinds"))? {
-            watch_owned.push(string("watch_owned item", item)?);
+        let kinds = items(v).ok_or_else(|| err("watch_owned must be a list of kinds"))?;
+        if kinds.len() > MAX_WATCHES {
+            return Err(err(format!(
+                "watch_owned names {} kinds; at most {MAX_WATCHES}",
+                kinds.len()
+            )));
+        }
+        for item in kinds {
+            watch_owned.push(kind_name("watch_owned item", item)?);
         }
     }
     let mut watch_related = Vec::new();
     if let Some(v) = get("watch_related") {
-        for item in items(v).ok_or_else(|| err("watch_related must be a list"))? {
+        let related = items(v).ok_or_else(|| err("watch_related must be a list"))?;
+        if related.len() > MAX_WATCHES {
+            return Err(err(format!(
+                "watch_related has {} items; at most {MAX_WATCHES}",
+                related.len()
+            )));
+        }
+        for item in related {
             let (kind, map_func) = if let Some(pair) = items(item).filter(|p| p.len() == 2) {
                 (pair[0], pair[1])
             } else if let Some((k, f)) = dict_pair(item) {
@@ -277,7 +309,7 @@ pub fn parse<'v>(
                     "each watch_related item must be {\"kind\": ..., \"map_func\": fn} or (kind, fn)",
                 ));
             };
-            watch_related.push(string("watch_related kind", kind)?);
+            watch_related.push(kind_name("watch_related kind", kind)?);
             h.related
                 .push(function("watch_related map_func", map_func, &[1])?);
         }

@@ -306,6 +306,10 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         let mut watch = watch::start(&runtime, call.session.clone(), target, labels);
         let deadline = limit.map(|l| tokio::time::Instant::now() + l);
         let mut seen = Vec::new();
+        // The events are read on the runtime's threads, so the script's memory budget
+        // does not see them: what is kept is bounded here, by the same budget.
+        let mut kept = 0usize;
+        let most = call.host.limits.memory;
         loop {
             let next = crate::script::budget::block_on(&runtime, async {
                 match deadline {
@@ -320,6 +324,13 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
             let Some(event) = next else { break };
             let (kind, obj) = event.map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;
             let Some(h) = handler else {
+                kept = kept.saturating_add(obj.to_string().len());
+                if kept > most {
+                    anyhow::bail!(
+                        "k8s.watch: the events seen so far pass the script's memory limit of {} MiB; pass handler= to look at each as it comes, or a shorter timeout",
+                        most >> 20
+                    );
+                }
                 seen.push(json!({"type": kind, "object": obj}));
                 continue;
             };

@@ -62,14 +62,13 @@ fn push(doc: Json, out: &mut Vec<Json>, depth: usize) -> anyhow::Result<()> {
     }
     match doc {
         Json::Null => Ok(()), // an empty YAML document
-        Json::Object(ref map) if map.get("kind").and_then(Json::as_str) == Some("List") => {
-            for item in map
-                .get("items")
-                .and_then(Json::as_array)
-                .into_iter()
-                .flatten()
-            {
-                push(item.clone(), out, depth + 1)?;
+        // Its items are moved out, not copied: a List nested a hundred deep around one
+        // large item would otherwise be copied once per level.
+        Json::Object(mut map) if map.get("kind").and_then(Json::as_str) == Some("List") => {
+            if let Some(Json::Array(items)) = map.remove("items") {
+                for item in items {
+                    push(item, out, depth + 1)?;
+                }
             }
             Ok(())
         }

@@ -142,7 +142,17 @@ pub async fn patch_containers(
             target.display_name()
         )));
     }
-    let body = containers_patch(kind, names.iter().map(|n| each(n)).collect());
+    // One copy of the script's value per container: counted as it grows.
+    let mut patches = Vec::with_capacity(names.len());
+    for n in &names {
+        if crate::script::memory::exhausted() {
+            return Err(Error::Invalid(
+                "the patch for every container passed the script's memory limit".into(),
+            ));
+        }
+        patches.push(each(n));
+    }
+    let body = containers_patch(kind, patches);
     ops::patch(session, &target, name, &Patch::Strategic(body), false).await
 }
 

@@ -131,6 +131,11 @@ fn field(v: &Json, path: &str, depth: usize) -> Result<(Json, bool)> {
     if depth > MAX_DEPTH {
         bail!("{path}: nested deeper than {MAX_DEPTH} levels");
     }
+    // Each level copies its subtree (kept while it recurses): a deep schema with a
+    // large leaf is copied once per level, counted against the script's memory.
+    if crate::script::memory::exhausted() {
+        bail!("{path}: the schema passed the script's memory limit");
+    }
     let mut s = match v {
         Json::String(t) => Obj::from_iter([("type".to_owned(), Json::from(t.as_str()))]),
         Json::Object(m) => m.clone(),

@@ -126,6 +126,11 @@ impl<'a> State<'a> {
     }
 
     fn step(&mut self) -> Result<()> {
+        // Values a template keeps (variables, a pipeline's operands) can each be a copy
+        // of large data: every step looks at the memory budget (a cheap check).
+        if crate::script::memory::exhausted() {
+            return Err(self.fail("the script's memory limit was passed"));
+        }
         self.steps = self.steps.wrapping_add(1);
         if self.steps.is_multiple_of(BUDGET_EVERY) {
             if self.deadline.is_some_and(|d| Instant::now() > d) {

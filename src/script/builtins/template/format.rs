@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::data::{Data, go_float};
+use super::exec::MAX_OUTPUT;
 use crate::script::builtins::fmt::Spec;
 use crate::script::builtins::strings::quote;
 
@@ -22,13 +23,31 @@ pub fn sprint(args: &[Data]) -> String {
 
 /// `fmt.Sprintln`: spaces between all operands, and a newline.
 pub fn sprintln(args: &[Data]) -> String {
-    let mut out = args
-        .iter()
-        .map(Data::to_go_string)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let Some(pieces) = bounded(args.iter().map(Data::to_go_string)) else {
+        return TOO_LONG.to_owned();
+    };
+    let mut out = pieces.join(" ");
     out.push('\n');
     out
+}
+
+/// What a formatted value longer than a template may write shows instead.
+const TOO_LONG: &str = "%!(TOO LONG)";
+
+/// The pieces, unless together they pass what a template may write
+/// ([`MAX_OUTPUT`]) or the script's memory budget: a few operands (the same large value
+/// many times, a padded list) can format to far more than their data.
+fn bounded(pieces: impl Iterator<Item = String>) -> Option<Vec<String>> {
+    let mut total = 0usize;
+    let mut out = Vec::new();
+    for piece in pieces {
+        total = total.saturating_add(piece.len());
+        if total > MAX_OUTPUT || crate::script::memory::exhausted() {
+            return None;
+        }
+        out.push(piece);
+    }
+    Some(out)
 }
 
 /// Go's `%!verb(type=value)` for an operand the verb does not fit.
@@ -154,20 +173,22 @@ fn directive(spec: Spec, verb: char, d: &Data) -> String {
             (if verb == 'X' { hex.to_uppercase() } else { hex }, false)
         }
         (_, Data::List(items)) => {
-            let inner: Vec<String> = items.iter().map(|e| directive(spec, verb, e)).collect();
+            let Some(inner) = bounded(items.iter().map(|e| directive(spec, verb, e))) else {
+                return TOO_LONG.to_owned();
+            };
             return format!("[{}]", inner.join(" "));
         }
         (_, Data::Map(map)) => {
-            let inner: Vec<String> = map
-                .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{}:{}",
-                        directive(spec, verb, &Data::str(k)),
-                        directive(spec, verb, v)
-                    )
-                })
-                .collect();
+            let inner = bounded(map.iter().map(|(k, v)| {
+                format!(
+                    "{}:{}",
+                    directive(spec, verb, &Data::str(k)),
+                    directive(spec, verb, v)
+                )
+            }));
+            let Some(inner) = inner else {
+                return TOO_LONG.to_owned();
+            };
             return format!("map[{}]", inner.join(" "));
         }
         _ => (bad(verb, d), false),
@@ -223,12 +244,13 @@ pub fn sprintf(format: &str, args: &[Data]) -> String {
             }
         }
     }
-    let extra: Vec<String> = args
-        .map(|d| match d {
-            Data::Nil | Data::Missing => "<nil>".to_owned(),
-            _ => format!("{}={}", d.type_name(), d.to_go_string()),
-        })
-        .collect();
+    let extra = bounded(args.map(|d| match d {
+        Data::Nil | Data::Missing => "<nil>".to_owned(),
+        _ => format!("{}={}", d.type_name(), d.to_go_string()),
+    }));
+    let Some(extra) = extra else {
+        return TOO_LONG.to_owned();
+    };
     if !extra.is_empty() {
         let _ = write!(out, "%!(EXTRA {})", extra.join(", "));
     }

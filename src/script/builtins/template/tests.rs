@@ -631,3 +631,28 @@ fn more_constructs() {
     assert_eq!(ok("{{(.).a}}", "{'a': 'dot'}"), "dot");
     assert_eq!(ok("{{if not (or .a .b)}}none{{end}}", "{}"), "none");
 }
+
+/// Issue 26: a few operands that format to far more than their data (a padded list,
+/// one large value many times) stop at what a template may write, within the memory
+/// budget.
+#[test]
+fn formatting_that_multiplies_its_data_is_bounded() {
+    let code = r#"template.render('{{printf "%65536v" .}}', [0] * 20000)"#;
+    let out = crate::script::memory::guard(64 << 20, || eval(code))
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.contains("%!(TOO LONG)"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+    let code = r#"template.render("{{println" + " ." * 200 + "}}", "x" * (1 << 20))"#;
+    let out = crate::script::memory::guard(64 << 20, || eval(code))
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.contains("%!(TOO LONG)"),
+        "{}",
+        &out[..out.len().min(200)]
+    );
+}
