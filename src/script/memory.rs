@@ -90,6 +90,11 @@ fn underlying(layout: Layout) -> Option<Layout> {
     Layout::from_size_align(layout.size().checked_add(HEADER)?, 16).ok()
 }
 
+/// How many times its budget a thread in a guard that parks may hold before its next
+/// block over 4 KiB parks it: the backstop for a loop that copies script data without
+/// looking at the budget.
+pub const CEILING: isize = 8;
+
 /// In a guard that parks (a hosted script), how many times its budget a thread may
 /// allocate in all, however much it frees. A free is credited to the thread that makes
 /// it, and memory another thread allocated (the chunks of an API response, read on the
@@ -176,21 +181,26 @@ fn record_parked() {
 }
 
 /// Parks this thread for good, in a guard that parks, when `size` alone is more than
-/// the whole budget; returns otherwise.
+/// the whole budget, or when the thread already holds [`CEILING`] times its budget;
+/// returns otherwise.
 ///
-/// Only one allocation that large parks: a thread parked while it holds a lock others
-/// share (a cache's, discovery's) would stall them all, and the blocks code allocates
-/// under such locks are far smaller than a budget. Many smaller blocks that together
-/// pass the budget inside one builtin call are stopped by the builtin's own checks
-/// (`budget::walk_step`), and otherwise at the next instruction.
+/// A thread parked while it holds a lock others share (a cache's, discovery's) would
+/// stall them all, so parking is kept for what no correct path does: one block larger
+/// than the budget (blocks allocated under shared locks are far smaller), or a thread
+/// so far past its budget that some loop over script data must have missed its
+/// checks. Many smaller blocks that pass the budget inside one builtin call are
+/// otherwise stopped by the builtin's own checks (`budget::walk_step`), or at the
+/// next instruction.
 fn park_if_hopeless(size: usize, align: usize) {
-    if size <= SMALL || is_chunk(size, align) {
+    if size <= OWNED || is_chunk(size, align) {
         return;
     }
+    let left = BUDGET.try_with(Cell::get).ok().flatten();
     let hopeless = LIMIT
         .try_with(|l| {
             l.get().is_some_and(|(limit, overrun)| {
-                overrun == Overrun::Park && size.cast_signed() > limit
+                let far_over = left.is_some_and(|left| left < -(CEILING - 1) * limit);
+                overrun == Overrun::Park && (size.cast_signed() > limit || far_over)
             })
         })
         .unwrap_or(false);

@@ -74,6 +74,24 @@ fn a_hopeless_allocation_parks_the_thread_and_the_process_goes_on() {
     .join()
     .unwrap();
     assert_eq!(over, Ok((8, true)));
+    // But a loop that goes on copying far past the budget (one that misses its
+    // checks) is stopped at the ceiling.
+    let before = parked();
+    let t = std::thread::spawn(|| {
+        guard_with(1 << 20, Overrun::Park, || {
+            let kept: Vec<Vec<u8>> = (0..100_000).map(|_| vec![1u8; 8 << 10]).collect();
+            kept.len()
+        })
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while parked() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the loop was not stopped at the ceiling"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(!t.is_finished());
 }
 
 /// A guard's own large blocks are credited back when freed, grown or not; a block
