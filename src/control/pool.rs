@@ -311,9 +311,6 @@ impl Pool {
     }
 }
 
-/// Tags of pool threads, unique in the process (0 is "none").
-static NEXT_TAG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
 /// Starts one more pool thread.
 fn spawn(inner: &Arc<Inner>) -> std::io::Result<()> {
     let number = {
@@ -322,7 +319,7 @@ fn spawn(inner: &Arc<Inner>) -> std::io::Result<()> {
         state.next_thread += 1;
         state.next_thread - 1
     };
-    let tag = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = crate::script::memory::new_tag();
     let me = inner.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("{}-{number}", inner.name))

@@ -79,6 +79,9 @@ struct Inner<K> {
     /// Told (outside the queue's lock) when a key may have become ready: the worker
     /// pool that serves this queue.
     waker: std::sync::OnceLock<Waker>,
+    /// `State::shut_down`, readable without the lock: event routing asks on every
+    /// informer change, and must not contend with the workers for it.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// What a queue calls when it may have work: a pool's wake-up.
@@ -232,6 +235,7 @@ where
                 state: Mutex::new(state),
                 wake: Condvar::new(),
                 waker: std::sync::OnceLock::new(),
+                stopped: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -456,13 +460,18 @@ where
     /// further adds are ignored.
     pub fn shut_down(&self) {
         self.lock().shut_down = true;
+        self.inner
+            .stopped
+            .store(true, std::sync::atomic::Ordering::Release);
         self.inner.wake.notify_all();
         self.poke();
     }
 
     /// Whether [`shut_down`](Self::shut_down) was called.
     pub fn is_shut_down(&self) -> bool {
-        self.lock().shut_down
+        self.inner
+            .stopped
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

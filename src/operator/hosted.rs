@@ -22,6 +22,9 @@ use crate::script::vars::Vars;
 /// How long a script's top level may run before its controller starts.
 const TOP_LEVEL_BUDGET: Duration = Duration::from_secs(30);
 
+/// How often a running top level is looked at for a park (see `memory::is_parked`).
+const PARKED_POLL: Duration = Duration::from_millis(200);
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The script failed (the message is the rendered diagnostic with file:line:col).
@@ -109,10 +112,12 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let turn = plan.turns.turn(&plan.namespace).await;
     // A thread of its own with a deep stack: parsing and compiling recurse per level.
     let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let tag = crate::script::memory::new_tag();
     let evaluation = crate::script::deep::spawn_deep({
         let tid = tid.clone();
         move || {
             let _turn = turn;
+            crate::script::memory::tag_thread(tag);
             if let Some(id) = crate::script::priority::thread_id() {
                 tid.store(id, std::sync::atomic::Ordering::Relaxed);
             }
@@ -121,21 +126,37 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     })
     .map_err(Error::Join)?;
     // The budget ends the script; a thread parked for good (memory::Overrun::Park)
-    // never returns, and one stuck in a builtin that never looks at the deadline may
-    // not for long: the controller does not wait for either, and the stuck one goes on
-    // at the lowest priority (holding its namespace's turn).
-    let finished = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation)
-        .await
+    // never returns, and is told apart by its tag at once; one stuck in a builtin that
+    // never looks at the deadline may not return for long. The controller waits for
+    // neither, and the stuck one goes on at the lowest priority (holding its
+    // namespace's turn, as the parked one does).
+    let limit = plan.limits.memory;
+    let parked = async move {
+        while !crate::script::memory::is_parked(tag) {
+            tokio::time::sleep(PARKED_POLL).await;
+        }
+        crate::script::memory::forget_parked(tag);
+        Error::Evaluate(format!(
+            "error: the script's top level asked for more memory at once than its whole limit ({} MiB, --script-memory); its thread is held until the operator restarts\n",
+            limit >> 20
+        ))
+    };
+    let timed = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation);
+    let finished = tokio::select! {
+        finished = timed => finished,
+        error = parked => return Err(error),
+    };
+    let finished = finished
         .map_err(|_| {
             let id = tid.load(std::sync::atomic::Ordering::Relaxed);
             crate::script::priority::lowest(Some(id).filter(|id| *id != 0));
             Error::Evaluate(format!(
-                "error: the script's top level did not end within its {}s budget (it asked for more memory at once than its whole limit, or is stuck in a builtin)\n",
+                "error: the script's top level did not end within its {}s budget (it is stuck in a builtin)\n",
                 TOP_LEVEL_BUDGET.as_secs()
             ))
         })?
         .map_err(|_| Error::Join("the script's thread ended without an answer".into()))?
-    .map_err(|e| Error::Evaluate(e.to_string()))?;
+        .map_err(|e| Error::Evaluate(e.to_string()))?;
     let Finished::HandedOff {
         handoff,
         module,

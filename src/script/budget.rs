@@ -86,12 +86,12 @@ impl Watch {
         Instant::now().checked_duration_since(deadline)
     }
 
-    /// Sets the published deadline (None: no call); returns the one before.
-    fn publish(&self, deadline: Option<Instant>) -> u64 {
-        let ms = deadline.map_or(0, |d| {
-            u64::try_from(d.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX - 1)
-                + 1
-        });
+    /// Publishes `deadline` as the running call's; returns the raw value before (0: no
+    /// call), which the caller restores when its call ends.
+    fn publish(&self, deadline: Instant) -> u64 {
+        let ms = u64::try_from(deadline.saturating_duration_since(epoch()).as_millis())
+            .unwrap_or(u64::MAX - 1)
+            + 1;
         self.0.swap(ms, Ordering::Relaxed)
     }
 }
@@ -120,7 +120,7 @@ pub fn scope<T>(budget: Budget, f: impl FnOnce() -> T) -> T {
     }
     let watch = WATCHED.with(|w| w.borrow().clone());
     let published = watch.map(|w| {
-        let before = w.publish(Some(budget.deadline));
+        let before = w.publish(budget.deadline);
         (w, before)
     });
     let _restore = Restore(CURRENT.with(|c| c.borrow_mut().replace(budget)), published);

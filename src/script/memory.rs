@@ -135,8 +135,15 @@ thread_local! {
 static PARKED_TAGS: [std::sync::atomic::AtomicU64; 256] =
     [const { std::sync::atomic::AtomicU64::new(0) }; 256];
 
-/// Gives this thread a tag (non-zero, unique to the caller) that [`is_parked`] looks
-/// for once the thread is parked.
+/// A tag no other thread of this process has had (never 0, which is "none"), for
+/// [`tag_thread`].
+pub fn new_tag() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Gives this thread a tag (from [`new_tag`]) that [`is_parked`] looks for once the
+/// thread is parked.
 pub fn tag_thread(tag: u64) {
     TAG.with(|t| t.set(tag));
 }

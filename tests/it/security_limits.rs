@@ -152,3 +152,159 @@ async fn revoked_authors_controllers_stop_within_the_recheck_period() {
     })
     .await;
 }
+
+/// Class 3 (threads): a handler that asks for more memory at once than its whole
+/// budget parks its pool thread for good. The controller says so and runs no more
+/// handlers; once the namespace has lost two threads, its other controllers are held
+/// too, and say why. The operator stays up and keeps answering its probes.
+#[tokio::test]
+async fn parked_handlers_hold_their_namespace_and_the_operator_goes_on() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-parked").await;
+    let ns = ns.name.as_str();
+    let user = tenant(ns).await;
+    let ceiling = Ceiling::new(CEILING).await;
+    let op =
+        Operator::start_with(ns, &ceiling, &["--namespace", ns, "--script-memory", "16"]).await;
+    // A bystander first, running before the others lose their threads.
+    let bystander = apply_as(&user, &slc(ns, "bystander", json!({"script": READER}))).await;
+    assert!(bystander.status.success());
+    wait_condition(ns, "bystander", "Ready", "True", T).await;
+    // 70 MB in one string (the Deployment's name has 7 letters): one block larger than
+    // the 16 MiB budget.
+    let hog = "def reconcile(d):\n    s = \"x\" * len(d.metadata.name) * 10000000\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    for name in ["hog-a", "hog-b"] {
+        let out = apply_as(&user, &slc(ns, name, json!({"script": hog}))).await;
+        assert!(out.status.success(), "{name}");
+        wait_condition(ns, name, "Ready", "True", T).await;
+    }
+    kubectl_ok(&["create", "deployment", "trigger", "--image=nginx", "-n", ns]).await;
+
+    let last_error = |name: &'static str| async move {
+        status(ns, name).await["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for name in ["hog-a", "hog-b"] {
+        let m = wait_for(&format!("{name} parked"), T, || async {
+            let m = last_error(name).await;
+            m.contains("asked for more memory at once than its whole limit")
+                .then_some(m)
+        })
+        .await;
+        assert!(m.contains("runs no more handlers"), "{name}: {m}");
+    }
+    let m = wait_for("the bystander held with its namespace", T, || async {
+        let m = last_error("bystander").await;
+        m.contains("handlers of this namespace's controllers were parked")
+            .then_some(m)
+    })
+    .await;
+    assert!(m.contains("2 times"), "{m}");
+    // The operator is up: its probes answer, and its metrics count the lost threads.
+    // A top level that does the same (Starlark computes a constant's product as it
+    // compiles) is told apart at once, not at the end of its budget.
+    let top = format!("S = \"x\" * 100000000\n\n{READER}");
+    let started = std::time::Instant::now();
+    let out = apply_as(&user, &slc(ns, "hog-top", json!({"script": top}))).await;
+    assert!(out.status.success());
+    let (_, m) = reason_becomes(ns, "hog-top", "Ready", "ScriptError").await;
+    assert!(
+        m.contains(
+            "the script's top level asked for more memory at once than its whole limit (16 MiB"
+        ),
+        "{m}"
+    );
+    // Not at the end of its 30 s budget.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let healthz = curl(&format!("http://127.0.0.1:{}/healthz", op.port)).await;
+    assert_eq!(healthz.as_deref().map(str::trim), Some("ok"));
+    assert!(
+        op.metrics().await.contains("kite_script_threads_parked 3"),
+        "{}",
+        op.metrics().await
+    );
+    // A controller created now is held from the start: it says why, and never
+    // reconciles the Deployment that is there.
+    let late = apply_as(&user, &slc(ns, "late", json!({"script": READER}))).await;
+    assert!(late.status.success());
+    wait_for("the new controller held", T, || async {
+        last_error("late")
+            .await
+            .contains("no controller of this namespace runs handlers")
+            .then_some(())
+    })
+    .await;
+    let s = status(ns, "late").await;
+    assert!(
+        s["recentReconciles"].as_array().is_none_or(Vec::is_empty),
+        "{s}"
+    );
+}
+
+/// Class 2 (acting outside): a hosted controller's `watch_related` map naming an
+/// object of another namespace does not get it reconciled. The operator drops the name
+/// and says so in its own log; nothing of the other namespace reaches the tenant.
+#[tokio::test]
+async fn a_related_map_reaches_no_other_namespace() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-related").await;
+    let ns = ns.name.as_str();
+    let victim = TestNamespace::new("sec-victim").await;
+    let victim = victim.name.as_str();
+    kubectl_ok(&[
+        "create",
+        "deployment",
+        "secret-app",
+        "--image=nginx",
+        "-n",
+        victim,
+    ])
+    .await;
+    let user = tenant(ns).await;
+    let ceiling = Ceiling::new(CEILING).await;
+    let mut op = Operator::start_with(ns, &ceiling, &["--namespace", ns]).await;
+    let script = format!(
+        "def reconcile(d):\n    pass\n\ndef related(d):\n    return [\"{victim}/secret-app\", d.metadata.namespace + \"/source\"]\n\n\
+         k8s.control(\"deployments\", reconcile = reconcile, watch_related = [(\"deployments\", related)])\n"
+    );
+    let out = apply_as(&user, &slc(ns, "mapper", json!({"script": script}))).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_condition(ns, "mapper", "Ready", "True", T).await;
+    kubectl_ok(&["create", "deployment", "source", "--image=nginx", "-n", ns]).await;
+    // The map ran and its outside name was dropped before anything was queued.
+    let line = op
+        .kite
+        .wait_stderr_line("outside the controller's namespace", T)
+        .await;
+    assert!(
+        line.contains(&format!("first {victim}/secret-app")),
+        "{line}"
+    );
+    // Its own name was reconciled, the other never.
+    let recent = wait_for("the related reconcile of source", T, || async {
+        let s = status(ns, "mapper").await;
+        let recent = s["recentReconciles"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        recent
+            .iter()
+            .any(|r| r["object"] == format!("{ns}/source"))
+            .then_some(s)
+    })
+    .await;
+    let events = kubectl_ok(&["get", "events", "-n", ns, "-o", "json"]).await;
+    for text in [recent.to_string(), events] {
+        assert!(!text.contains(victim), "{text}");
+    }
+}

@@ -32,6 +32,15 @@ fn a_refused_chunk_is_reported_and_small_allocations_still_work() {
     assert_eq!(guard(10, || 7), Ok(7));
 }
 
+/// Polls (10 s at most) until the count of parked threads passes `before`.
+fn wait_for_a_park_after(before: usize, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while parked() == before {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Issue 26: a hosted script's one huge allocation parks its thread instead of
 /// aborting the process.
 #[test]
@@ -46,14 +55,7 @@ fn a_hopeless_allocation_parks_the_thread_and_the_process_goes_on() {
             huge.len()
         })
     });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while parked() == before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the thread was not parked"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for_a_park_after(before, "the thread was not parked");
     assert!(!t.is_finished());
     // Its owner can tell it apart by its tag.
     assert!(is_parked(0xfeed_0001));
@@ -83,14 +85,7 @@ fn a_hopeless_allocation_parks_the_thread_and_the_process_goes_on() {
             kept.len()
         })
     });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while parked() == before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the loop was not stopped at the ceiling"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for_a_park_after(before, "the loop was not stopped at the ceiling");
     assert!(!t.is_finished());
 }
 
