@@ -41,6 +41,9 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Print the StarlarkController CustomResourceDefinition (YAML).
     Crd,
+    /// Print a hosted controller's log: its print() and log lines and its reconciles'
+    /// outcomes, read through `kite operator`'s logs API with your own rights.
+    Logs(LogsArgs),
     /// Serve the Language Server Protocol on stdin/stdout, for editors (docs/lsp.md).
     Lsp {
         /// Accepted and ignored: editors pass it; stdio is the only transport.
@@ -49,6 +52,35 @@ pub enum Command {
     },
     /// Print the version of kite.
     Version,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// slc/NAME or cslc/NAME.
+    pub target: String,
+    /// The StarlarkController's namespace (default: the kubeconfig context's).
+    #[arg(short, long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Keep streaming new lines until the controller is gone or you stop it.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Only lines newer than this (e.g. 5m, 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub since: Option<std::time::Duration>,
+    /// Only the last N lines (before following).
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+    /// Prefix each line with its time (RFC 3339).
+    #[arg(long)]
+    pub timestamps: bool,
+    /// Act as this user (as kubectl --as).
+    #[arg(long = "as", value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Act as this group (as kubectl --as-group; repeatable).
+    #[arg(long = "as-group", value_name = "GROUP")]
+    pub as_groups: Vec<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(Debug, Args)]
@@ -86,6 +118,13 @@ pub struct OperatorArgs {
     /// which the API server must be able to reach (e.g. both on one machine).
     #[arg(long, value_name = "NAME")]
     pub webhook_service: Option<String>,
+    /// Serve the logs API (`kite logs`) on this port, at the webhook's address, and
+    /// register it as the APIService v1alpha1.logs.starkite.io (0: any free port).
+    /// Needs the API server's aggregation layer. With --webhook-service, through the
+    /// Service kite-operator-logs (port 443); without it, a local run points an
+    /// ExternalName Service at localhost, and withdraws both when it exits.
+    #[arg(long, value_name = "PORT")]
+    pub logs_port: Option<u16>,
     /// The MutatingWebhookConfiguration the operator keeps (default: `kite-operator`,
     /// or one per --namespace/--selector scope).
     #[arg(long, value_name = "NAME")]

@@ -235,7 +235,7 @@ async fn serve(
 /// Serves HTTP/1.1 on each connection `listener` accepts until `shutdown`: `open` turns
 /// the TCP stream into the transport (None drops it, e.g. a failed TLS handshake), and
 /// `handler` answers each request.
-pub async fn connections<O, OF, IO, H, HF>(
+pub async fn connections<O, OF, IO, H, HF, B>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
     read_timeout: Duration,
@@ -247,7 +247,10 @@ pub async fn connections<O, OF, IO, H, HF>(
     OF: Future<Output = Option<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>) -> HF + Clone + Send + Sync + 'static,
-    HF: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    HF: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let peers = Arc::new(Peers::default());

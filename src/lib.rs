@@ -124,6 +124,7 @@ pub use rbac::{Catalog, Inference, discover, infer};
 // The binary: `kite operator` and `kite crd`.
 pub use control::leader::default_identity;
 pub use operator::crd_yaml;
+pub use operator::logs::reader::{Request as LogsRequest, reader as read_logs};
 pub use operator::manager::{Options as OperatorOptions, run as run_operator};
 
 // The integration tests.

@@ -55,6 +55,7 @@ fn main() -> ExitCode {
         Command::Dev(args) => dev(args),
         Command::Test(args) => test(args),
         Command::Operator(args) => operator(args),
+        Command::Logs(args) => logs(args),
         Command::Crd => match kite::crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -72,6 +73,49 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+/// `kite logs`: exit 1 with the API server's message when it refuses.
+fn logs(args: kite::cli::LogsArgs) -> ExitCode {
+    let Some(runtime) = runtime() else {
+        return ExitCode::FAILURE;
+    };
+    let result = runtime.block_on(async {
+        let kube_opts = KubeOptions {
+            kubeconfig: args.cluster.kubeconfig.clone(),
+            context: args.cluster.context.clone(),
+            dry_run: false,
+        };
+        let (_, mut config) = kite::connect_config(&kube_opts).await?;
+        // A followed log may be quiet for long: no read timeout.
+        config.read_timeout = None;
+        if args.as_user.is_some() {
+            config.auth_info.impersonate.clone_from(&args.as_user);
+            config.auth_info.impersonate_groups =
+                (!args.as_groups.is_empty()).then(|| args.as_groups.clone());
+        }
+        let client = kube::Client::try_from(config)?;
+        let request = kite::LogsRequest {
+            target: args.target.clone(),
+            namespace: args.namespace.clone(),
+            follow: args.follow,
+            since: args.since,
+            tail: args.tail,
+            timestamps: args.timestamps,
+        };
+        let stop = kite::shutdown_signal()?;
+        tokio::select! {
+            r = kite::read_logs(client, &request) => r.map_err(anyhow::Error::from),
+            () = stop => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -123,6 +167,9 @@ fn operator(args: OperatorArgs) -> ExitCode {
             namespace_memory: (args.namespace_memory as usize) << 20,
             grace: args.grace_period,
             webhook_bind: std::net::SocketAddr::new(args.webhook_bind, args.webhook_port),
+            logs_bind: args
+                .logs_port
+                .map(|port| std::net::SocketAddr::new(args.webhook_bind, port)),
             webhook_service: args.webhook_service.clone(),
             webhook_configuration: args.webhook_configuration.clone(),
             approval_max_age: args.approval_max_age,

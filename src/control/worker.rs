@@ -265,6 +265,15 @@ pub(super) fn process(
                 error: None,
             });
             shared.metrics.record_reconcile(recorded, elapsed);
+            journal(shared, || {
+                let then = requeue.map_or_else(String::new, |d| {
+                    format!(", again in {}", crate::duration::format(d))
+                });
+                format!(
+                    "reconciled {key} ({trigger}) in {}ms{then}",
+                    crate::duration::millis(elapsed)
+                )
+            });
             tracing::info!(
                 controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
                 outcome = if requeue.is_some() { "requeue" } else { "success" },
@@ -363,6 +372,13 @@ fn at_least_floor(shared: &Shared, key: &Key, asked: Duration) -> Duration {
     limits.min_period
 }
 
+/// Adds `text` to the controller's journal, if it keeps one (hosted controllers).
+fn journal(shared: &Shared, text: impl FnOnce() -> String) {
+    if let Some(journal) = shared.host.printer.journal() {
+        journal.push(text().trim_end());
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn failed(
     shared: &Shared,
@@ -384,6 +400,12 @@ fn failed(
         error: Some(summary.clone()),
     });
     shared.metrics.record_error(summary);
+    journal(shared, || {
+        format!(
+            "reconcile of {key} ({trigger}) failed after {}ms: {e}",
+            crate::duration::millis(elapsed)
+        )
+    });
     let failures = shared.queue.failures(item) + 1;
     if failures > shared.spec.max_retries {
         shared.queue.forget(item);

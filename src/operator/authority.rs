@@ -206,7 +206,11 @@ pub async fn first_denied(
     Ok(None)
 }
 
-async fn allowed(client: &kube::Client, author: &Author, p: &Permission) -> Result<bool> {
+/// Whether `author` holds `p`, by a SubjectAccessReview.
+///
+/// # Errors
+/// The review failed or timed out.
+pub async fn allowed(client: &kube::Client, author: &Author, p: &Permission) -> Result<bool> {
     let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {

@@ -76,6 +76,8 @@ pub struct Plan {
     pub turns: Arc<super::turns::Turns>,
     /// What each namespace's controllers keep in memory.
     pub quota: Arc<super::quota::Quota>,
+    /// Where its lines and reconciles are kept for `kite logs`.
+    pub journal: Arc<crate::script::journal::Journal>,
 }
 
 /// A running hosted controller.
@@ -100,7 +102,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
     let permissions = Permissions::k8s_only();
     let mut host = Host::new(library(), vars, permissions, runtime);
-    host.printer = Printer::hosted(&plan.name, printer::HOSTED);
+    host.printer = Printer::hosted(&plan.name, printer::HOSTED).with_journal(plan.journal.clone());
     host.limits = plan.limits.clone();
     let host = Arc::new(host);
     let mut session = Session::from_client(client, plan.namespace.clone(), false);

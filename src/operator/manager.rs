@@ -66,6 +66,8 @@ pub struct Options {
     pub grace: Duration,
     /// Where the admission webhook listens.
     pub webhook_bind: SocketAddr,
+    /// Where the logs API listens (None: not served).
+    pub logs_bind: Option<SocketAddr>,
     /// Register the webhook through this Service in the operator's namespace (inside a
     /// pod); None registers `https://<bind>:<port>` (beside the API server).
     pub webhook_service: Option<String>,
@@ -92,6 +94,8 @@ pub enum Error {
     Certify(#[from] certs::Error),
     #[error(transparent)]
     ServeWebhook(#[from] webhook::Error),
+    #[error(transparent)]
+    ServeLogs(#[from] super::logs::Error),
     #[error(transparent)]
     Register(#[from] registration::Error),
     #[error("lost the leader-election lease; exiting so a standby takes over")]
@@ -187,13 +191,17 @@ pub async fn run(
         ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
         ip => ip.to_string(),
     };
-    let hosts = match &opts.webhook_service {
+    let mut hosts = match &opts.webhook_service {
         Some(svc) => vec![
             format!("{svc}.{}.svc", opts.operator_namespace),
             format!("{svc}.{}.svc.cluster.local", opts.operator_namespace),
         ],
         None => vec![endpoint_host.clone(), "localhost".to_owned()],
     };
+    // In a cluster the logs API serves the same certificate, under its Service's names.
+    if opts.webhook_service.is_some() && opts.logs_bind.is_some() {
+        hosts.extend(super::logs::hosts(&opts.operator_namespace));
+    }
     let material = certs::certs(&client, &opts.operator_namespace, &hosts).await?;
     let object_selector = opts
         .selector
@@ -202,6 +210,7 @@ pub async fn run(
         .transpose()?;
     let ctx = Arc::new(Context {
         client: client.clone(),
+        logs: opts.logs_bind.is_some(),
         registry: registry.clone(),
         recorder: Recorder::new(
             client.clone(),
@@ -324,6 +333,28 @@ pub async fn run(
         }
         delay = (delay * 2).min(Duration::from_secs(30));
     }
+    let logs = match opts.logs_bind {
+        Some(bind) => {
+            let logs_opts = super::logs::Options {
+                bind,
+                namespace: opts.operator_namespace.clone(),
+                in_cluster: opts.webhook_service.as_ref().map(|_| super::logs::Serving {
+                    cert: material.cert.clone(),
+                    key: material.key.clone(),
+                    ca: material.ca.clone(),
+                }),
+            };
+            let served = super::logs::logs(
+                &client,
+                registry.clone(),
+                &logs_opts,
+                stopped(stop_rx.clone()),
+            )
+            .await?;
+            Some(served)
+        }
+        None => None,
+    };
     // A local run's configuration goes with it (see `registration::withdraw`).
     let local = match &registration.endpoint {
         Endpoint::Url(url) => Some((registration.name.clone(), url.clone())),
@@ -398,6 +429,16 @@ pub async fn run(
         && let Some(command) = registration::withdraw(&client, name, url).await
     {
         tracing::warn!(configuration = %name, "could not remove this run's admission webhook configuration, which refuses creates while no operator serves it; remove it with: {command}");
+    }
+    // A local run's logs API goes with it too (in a cluster, the other replicas serve it).
+    if let Some(served) = logs.filter(|s| s.local)
+        && let Some(command) =
+            super::logs::apiservice::withdraw(&client, &opts.operator_namespace, &served.ca, true)
+                .await
+    {
+        tracing::warn!(
+            "could not remove this run's logs APIService, which makes discovery fail while no operator serves it; remove it with: {command}"
+        );
     }
 
     let hosted = registry.drain();

@@ -31,6 +31,7 @@ pub mod gate;
 pub mod grants;
 pub mod hosted;
 pub mod identity;
+pub mod logs;
 pub mod manager;
 pub mod metrics_access;
 pub mod quota;

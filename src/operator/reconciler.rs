@@ -38,6 +38,8 @@ const RETRY: Duration = Duration::from_secs(20);
 pub struct Context {
     /// The operator's own client.
     pub client: kube::Client,
+    /// Whether the operator serves the logs API (`kite logs`).
+    pub logs: bool,
     pub registry: Arc<Registry>,
     pub recorder: Recorder,
     pub discovery: Discovery,
@@ -418,6 +420,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         discovery: ctx.discovery.clone(),
         turns: ctx.turns.clone(),
         quota: ctx.quota.clone(),
+        journal: ctx.registry.journal(&d.key, &cr.uid().unwrap_or_default()),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {
@@ -432,6 +435,10 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             d.outcome.phase = Phase::Running;
             d.outcome.watching = Some(h.watching.clone());
             d.outcome.started_at = Some(Time(Timestamp::now()));
+            d.outcome.logs = ctx.logs.then(|| match d.key.0.as_str() {
+                "" => format!("kite logs cslc/{}", d.key.1),
+                ns => format!("kite logs slc/{} -n {ns}", d.key.1),
+            });
             d.outcome.conditions = vec![valid(), rbac, Verdict::yes("Ready", "Running", message)];
             let (reason, note) = if d.first {
                 ("Started", "started")

@@ -10,6 +10,7 @@ use super::grants::Grant;
 use super::hosted::Hosted;
 use super::resource::StarlarkControllerStatus;
 use super::status::{self, Live, Outcome};
+use crate::script::journal::Journal;
 
 /// `(namespace, name)` of a StarlarkController.
 pub type Key = (String, String);
@@ -35,6 +36,9 @@ pub struct Entry {
     /// then, since an author can lose permissions without any change here.
     pub authority: Option<Arc<Authority>>,
     pub authority_checked: Option<Instant>,
+    /// What the controller said, for `kite logs`: kept across restarts of the same
+    /// object (its uid), never shown to the author of a new object of the same name.
+    pub journal: Option<(String, Arc<Journal>)>,
 }
 
 /// The author of a running controller and the permissions it was granted on their behalf.
@@ -152,6 +156,28 @@ impl Registry {
             .get(key)
             .and_then(|e| e.hosted.as_ref())
             .map(|h| h.controller.access())
+    }
+
+    /// The journal of the object `uid` at `key`: the one it had, or a new one.
+    pub fn journal(&self, key: &Key, uid: &str) -> Arc<Journal> {
+        let mut entries = self.lock();
+        let entry = entries.entry(key.clone()).or_default();
+        match &entry.journal {
+            Some((of, journal)) if of == uid => journal.clone(),
+            _ => {
+                let journal = Arc::new(Journal::default());
+                entry.journal = Some((uid.to_owned(), journal.clone()));
+                journal
+            }
+        }
+    }
+
+    /// What `kite logs` needs of `key`: its journal, and who approved what runs.
+    pub fn log_of(&self, key: &Key) -> Option<(Arc<Journal>, Option<Arc<Authority>>)> {
+        let entries = self.lock();
+        let entry = entries.get(key)?;
+        let (_, journal) = entry.journal.as_ref()?;
+        Some((journal.clone(), entry.authority.clone()))
     }
 
     pub fn take_hosted(&self, key: &Key) -> Option<Hosted> {

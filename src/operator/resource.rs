@@ -174,6 +174,10 @@ pub struct StarlarkControllerStatus {
     /// The operator replica running it (`kite operator --shards auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<String>,
+    /// The command that shows its print() lines and reconciles (`kite logs`), when
+    /// the operator serves the logs API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<String>,
     /// The last few reconciles, oldest first (`kubectl describe` shows them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_reconciles: Vec<RecentReconcile>,

@@ -48,6 +48,8 @@ pub struct Outcome {
     pub watching: Option<String>,
     pub service_account: Option<String>,
     pub started_at: Option<Time>,
+    /// The command that shows its log, when the operator serves the logs API.
+    pub logs: Option<String>,
 }
 
 /// What the running controller reports.
@@ -104,6 +106,7 @@ pub fn render(
         last_reconcile_time: live.last_reconcile.and_then(time_of),
         service_account: outcome.service_account.clone(),
         started_at: outcome.started_at.clone(),
+        logs: outcome.logs.clone(),
         // Written only by the claim (operator::shard), never by a status flush.
         replica: None,
         recent_reconciles: live

@@ -6,6 +6,7 @@ pub mod builtins;
 pub mod check;
 pub mod deep;
 pub mod host;
+pub mod journal;
 pub mod json;
 pub mod library;
 pub mod lint;

@@ -29,6 +29,8 @@ pub struct Printer {
     state: Mutex<Bucket>,
     /// Lines kept for the caller instead of written (a controller under `k8s.testing`).
     captured: Option<Mutex<Vec<String>>>,
+    /// Where a hosted controller's lines are kept for its author (`kite logs`), as well.
+    journal: Option<std::sync::Arc<crate::script::journal::Journal>>,
 }
 
 /// The most lines a capturing printer keeps before the oldest go.
@@ -68,7 +70,23 @@ impl Printer {
                 dropped: 0,
             }),
             captured: None,
+            journal: None,
         }
+    }
+
+    /// Keeps every admitted line in `journal` too (unprefixed).
+    #[must_use]
+    pub fn with_journal(
+        mut self,
+        journal: std::sync::Arc<crate::script::journal::Journal>,
+    ) -> Self {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// The journal this printer keeps its lines in, if any.
+    pub fn journal(&self) -> Option<&std::sync::Arc<crate::script::journal::Journal>> {
+        self.journal.as_ref()
     }
 
     /// Keeps every line for [`take`](Self::take) instead of writing it.
@@ -159,6 +177,12 @@ impl PrintHandler for Printer {
         let lines = self.admit(text, Instant::now());
         if lines.is_empty() {
             return Ok(());
+        }
+        if let Some(journal) = &self.journal {
+            let prefix = self.prefix.as_deref().unwrap_or_default();
+            for line in &lines {
+                journal.push(line.strip_prefix(prefix).unwrap_or(line));
+            }
         }
         if let Some(c) = &self.captured {
             let mut kept = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -133,5 +133,12 @@ start_apiserver() {
     --audit-policy-file="$state/audit-policy.yaml" --audit-log-path="$state/audit.log" \
     --audit-log-format=json --audit-log-maxsize=200 --audit-log-maxbackup=3 \
     --allow-privileged=true --profiling=false \
-    --endpoint-reconciler-type=none
+    --endpoint-reconciler-type=none \
+    --requestheader-client-ca-file="$state/pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$state/pki/front-proxy-client.crt" \
+    --proxy-client-key-file="$state/pki/front-proxy-client.key"
 }

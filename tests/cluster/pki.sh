@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# Writes a self-signed CA, the API server's serving certificate and the
-# ServiceAccount signing key pair into DIR (usage: pki.sh DIR).
+# Writes a self-signed CA, the API server's serving certificate, the
+# ServiceAccount signing key pair, and the aggregation layer's front-proxy CA and
+# client certificate into DIR (usage: pki.sh DIR).
 set -euo pipefail
 dir=$1
 mkdir -p "$dir"; cd "$dir"
+front_proxy() {
+  # The API server presents this client certificate when it proxies a request to an
+  # aggregated API (kite operator's logs); the extension trusts only this CA.
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout front-proxy-ca.key -out front-proxy-ca.crt \
+    -days 3650 -subj "/CN=kite-front-proxy-ca" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout front-proxy-client.key -out front-proxy-client.csr \
+    -subj "/CN=front-proxy-client" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' >front-proxy-client.ext
+  openssl x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt -CAkey front-proxy-ca.key \
+    -CAcreateserial -out front-proxy-client.crt -days 3650 -extfile front-proxy-client.ext 2>/dev/null
+  chmod 600 ./*.key
+}
+[ -f front-proxy-ca.crt ] || front_proxy
 [ -f ca.crt ] && exit 0
 openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
   -subj "/CN=kite-local-ca" 2>/dev/null

@@ -21,6 +21,7 @@ mod golden;
 mod k8s_ops;
 mod k8s_pods;
 mod leader;
+mod logs;
 mod lsp;
 mod obj_crd;
 mod operator;

@@ -147,6 +147,11 @@ fn write(eval: &Evaluator<'_, '_, '_>, level: u8, msg: &str, fields: &Map<String
         let text = Json::Object(fields.clone()).to_string();
         printer.map_or(text.clone(), |p| p.contain(&text))
     };
+    if let Some(journal) = printer.and_then(crate::script::printer::Printer::journal) {
+        let name = LEVELS[usize::from(level)].to_uppercase();
+        let sep = if attrs.is_empty() { "" } else { " " };
+        journal.push(&format!("{name} {msg}{sep}{attrs}"));
+    }
     match level {
         0 => tracing::debug!(target: "script", at, controller, attrs, "{msg}"),
         1 => tracing::info!(target: "script", at, controller, attrs, "{msg}"),
