@@ -303,21 +303,19 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         let labels = selector(labels.into_option(), "labels")?;
         let target = call.run(Target::resolve(&call.session, kind, opt(namespace)))?;
         let runtime = call.host.runtime.clone();
-        let mut watch = watch::start(&runtime, call.session.clone(), target, labels);
+        let mut watch = watch::Watch::new(&call.session, target, labels);
         let deadline = limit.map(|l| tokio::time::Instant::now() + l);
         let mut seen = Vec::new();
-        // The events are read on the runtime's threads, so the script's memory budget
-        // does not see them: what is kept is bounded here, by the same budget.
+        // The lists and events are read on this thread (a page at a time), inside the
+        // script's budgets; what is kept for the result is bounded here by the memory
+        // budget too, with a message that says what to do instead.
         let mut kept = 0usize;
         let most = call.host.limits.memory;
         loop {
             let next = crate::script::budget::block_on(&runtime, async {
                 match deadline {
-                    Some(d) => tokio::time::timeout_at(d, watch.events.recv())
-                        .await
-                        .ok()
-                        .flatten(),
-                    None => watch.events.recv().await,
+                    Some(d) => tokio::time::timeout_at(d, watch.next()).await.ok(),
+                    None => Some(watch.next().await),
                 }
             })
             .map_err(|e| anyhow::anyhow!("k8s.watch: {e}"))?;

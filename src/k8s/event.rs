@@ -96,7 +96,7 @@ pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Resu
         "type": spec.type_,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
-        "reportingInstance": hostname(),
+        "reportingInstance": session.instance.clone().unwrap_or_else(hostname),
         "firstTimestamp": ts,
         "lastTimestamp": ts,
         "count": 1,
@@ -150,6 +150,11 @@ fn to_json(obj: &DynamicObject) -> Result<Json> {
 }
 
 fn hostname() -> String {
+    static HOSTNAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOSTNAME.get_or_init(read_hostname).clone()
+}
+
+fn read_hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .ok()

@@ -74,6 +74,10 @@ pub struct Session {
     pub context: String,
     /// Every write is sent with `dryRun=All` (`--dry-run`).
     pub dry_run: bool,
+    /// The `reportingInstance` of the Events it records (None: this machine's host
+    /// name, as client-go's recorder does). A hosted script's events name the operator,
+    /// never its host.
+    pub instance: Option<String>,
 }
 
 impl Session {
@@ -98,6 +102,7 @@ impl Session {
             namespace,
             context,
             dry_run: defaults.dry_run,
+            instance: None,
         })
     }
 
@@ -113,6 +118,7 @@ impl Session {
                 .unwrap_or_else(|| self.namespace.clone()),
             context: self.context.clone(),
             dry_run: self.dry_run,
+            instance: self.instance.clone(),
         }
     }
 
@@ -129,6 +135,7 @@ impl Session {
             namespace,
             context: String::new(),
             dry_run,
+            instance: None,
         }
     }
 }

@@ -47,6 +47,13 @@ impl WriteLog {
             f(obj);
         }
         let Some(id) = identity(obj) else { return };
+        // A thread past its memory budget could be parked for good by its next large
+        // block (`script::memory`), and must not be holding this lock then: the watch
+        // events of every controller sharing it would wait. Not recording costs at
+        // most one extra reconcile; the call that went over fails anyway.
+        if crate::script::memory::exhausted() {
+            return;
+        }
         let mut inner = self
             .inner
             .lock()

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -50,12 +51,21 @@ where
     T: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     T::DynamicType: Default,
 {
-    let (senders, receivers): (Vec<_>, Vec<_>) =
-        (0..outputs).map(|_| mpsc::channel(BUFFER)).unzip();
     let kind = T::kind(&Default::default()).into_owned();
     let watch = watcher(api, config)
         .backoff(TriggerBackoff::default())
         .touched_objects();
+    spread(kind, watch, outputs)
+}
+
+/// Delivers every object of `watch` to `outputs` streams, until every output is gone.
+fn spread<T: Clone + Send + 'static>(
+    kind: String,
+    watch: impl Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    outputs: usize,
+) -> Tap<T> {
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..outputs).map(|_| mpsc::channel(BUFFER)).unzip();
     tokio::spawn(async move {
         let mut watch = std::pin::pin!(watch);
         while let Some(item) = watch.next().await {
@@ -81,7 +91,9 @@ where
 /// The operator's secondary watches, each open once and read by both controllers
 /// (one with `--namespace`, where no ClusterStarlarkControllers run).
 pub struct Taps {
-    pub configmaps: Tap<ConfigMap>,
+    /// Names only: which ConfigMap changed, for the StarlarkControllers whose
+    /// `scriptFrom` it is.
+    pub configmaps: Tap<PartialObjectMeta<ConfigMap>>,
     pub ceiling: Tap<ClusterRole>,
     pub service_accounts: Tap<ServiceAccount>,
     pub roles: Tap<Role>,
@@ -99,8 +111,10 @@ impl Taps {
         let owned = trigger::watch_config().labels(OWNER_LABEL);
         let only_ceiling = trigger::watch_config().fields(&format!("metadata.name={ceiling}"));
         Taps {
+            // An Api of PartialObjectMeta asks for metadata only: the watch receives
+            // no data (a ConfigMap's megabyte, anyone's who may create ConfigMaps).
             configmaps: fanout(
-                in_scope::<ConfigMap>(client, ns),
+                in_scope::<PartialObjectMeta<ConfigMap>>(client, ns),
                 trigger::watch_config(),
                 outputs,
             ),

@@ -107,6 +107,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let host = Arc::new(host);
     let mut session = Session::from_client(client, plan.namespace.clone(), false);
     session.discovery = plan.discovery.clone();
+    session.instance = Some("kite-operator".to_owned());
     let session = Arc::new(session);
     host.ext::<SessionCell>().pin(session.clone());
     let (file_name, script, eval_host) =
@@ -139,7 +140,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         }
         crate::script::memory::forget_parked(tag);
         Error::Evaluate(format!(
-            "error: the script's top level asked for more memory at once than its whole limit ({} MiB, --script-memory); its thread is held until the operator restarts\n",
+            "error: the script's top level asked for more memory than its limit allows ({} MiB, --script-memory); its thread is held until the operator restarts\n",
             limit >> 20
         ))
     };

@@ -484,10 +484,13 @@ async fn controller<K: Tenant>(
             .collect::<Vec<_>>()
     };
     let mut controller = Controller::new(crs, tenants.clone())
-        .watches_stream(taps.configmaps.take(), move |cm: ConfigMap| {
-            let ns = cm.namespace().unwrap_or_default();
-            of_kind(mapper_registry.referencing(&ns, &cm.name_any()))
-        })
+        .watches_stream(
+            taps.configmaps.take(),
+            move |cm: kube::core::PartialObjectMeta<ConfigMap>| {
+                let ns = cm.namespace().unwrap_or_default();
+                of_kind(mapper_registry.referencing(&ns, &cm.name_any()))
+            },
+        )
         // A change to the ceiling (or to a role aggregated into it) re-checks everything.
         .watches_stream(taps.ceiling.take(), move |_: ClusterRole| {
             of_kind(ceiling_registry.keys())

@@ -13,6 +13,7 @@ pub mod lint;
 pub mod loader;
 pub mod memory;
 pub mod outcome;
+pub mod parse;
 pub mod permissions;
 pub mod printer;
 pub mod priority;

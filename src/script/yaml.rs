@@ -8,7 +8,10 @@ use serde_json::Value as Json;
 /// # Errors
 /// The YAML error, with its line and column.
 pub fn parse_yaml(text: &str) -> anyhow::Result<Vec<Json>> {
-    serde_saphyr::from_multiple(text).map_err(|e| anyhow::anyhow!("invalid YAML: {e}"))
+    // Node by node within the call's budgets (script::parse).
+    let docs: Vec<crate::script::parse::Budgeted> =
+        serde_saphyr::from_multiple(text).map_err(|e| anyhow::anyhow!("invalid YAML: {e}"))?;
+    Ok(docs.into_iter().map(|d| d.0).collect())
 }
 
 /// A JSON value serialized with plain numbers. starlark turns on serde_json's

@@ -296,3 +296,15 @@ async fn drain_of_a_missing_node_fails_naming_it() {
         "{err}"
     );
 }
+
+/// `k8s.watch` reads its list a page at a time on the script's own thread: more
+/// objects than a page all arrive as ADDED, and a change made meanwhile follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_lists_every_page_then_follows_changes() {
+    let ns = TestNamespace::new("k8swatch").await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_script("watch.star", std::slice::from_ref(&var)).await;
+    let stdout = assert_ok(&out);
+    assert!(stdout.contains("listed 150"), "{stdout}");
+    assert!(stdout.contains("late arrived as ADDED"), "{stdout}");
+}

@@ -15,7 +15,7 @@ const CEILING: &str = r#"[
   {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
 ]"#;
 
-const TALKER: &str = "print(\"top level here\")\n\ndef reconcile(cm):\n    print(\"saw\", cm.metadata.name)\n    if cm.metadata.name == \"bad\":\n        fail(\"told to fail\")\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
+const TALKER: &str = "print(\"top level here\")\n\ndef reconcile(cm):\n    print(\"saw\", cm.metadata.name)\n    k8s.event(cm, reason = \"Saw\", message = \"seen\")\n    if cm.metadata.name == \"bad\":\n        fail(\"told to fail\")\n\nk8s.control(\"configmaps\", reconcile = reconcile)\n";
 
 /// An author: may manage StarlarkControllers in `ns` and do what their script does
 /// (read ConfigMaps, write events), nothing more; in particular, no `log` subresource.
@@ -113,7 +113,30 @@ async fn an_author_follows_their_controller_and_is_refused_for_others() {
     assert!(failed.contains(&format!("{ns}/bad")), "{failed}");
     // With its traceback, naming the script's line.
     follow.wait_stdout("told to fail", T).await;
-    follow.wait_stdout("talker.star:6", T).await;
+    follow.wait_stdout("talker.star:7", T).await;
+
+    // The script's Events name the operator, never the machine it runs on.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let instances = wait_for("the script's event", T, || async {
+        let out = kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=Saw",
+            "-o",
+            "jsonpath={.items[*].reportingInstance}",
+        ])
+        .await;
+        (!out.trim().is_empty()).then_some(out)
+    })
+    .await;
+    assert!(
+        instances.split_whitespace().all(|i| i == "kite-operator"),
+        "{instances}"
+    );
+    assert!(!instances.contains(host.trim()), "{instances}");
 
     // Refused for a colleague's controller, and for another namespace's.
     for (name, namespace) in [("colleague", ns), ("talker", elsewhere)] {

@@ -189,7 +189,7 @@ async fn parked_handlers_hold_their_namespace_and_the_operator_goes_on() {
     for name in ["hog-a", "hog-b"] {
         let m = wait_for(&format!("{name} parked"), T, || async {
             let m = last_error(name).await;
-            m.contains("asked for more memory at once than its whole limit")
+            m.contains("asked for more memory than its limit allows")
                 .then_some(m)
         })
         .await;
@@ -211,9 +211,7 @@ async fn parked_handlers_hold_their_namespace_and_the_operator_goes_on() {
     assert!(out.status.success());
     let (_, m) = reason_becomes(ns, "hog-top", "Ready", "ScriptError").await;
     assert!(
-        m.contains(
-            "the script's top level asked for more memory at once than its whole limit (16 MiB"
-        ),
+        m.contains("the script's top level asked for more memory than its limit allows (16 MiB"),
         "{m}"
     );
     // Not at the end of its 30 s budget.

@@ -33,7 +33,7 @@ impl std::fmt::Display for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Held::Parked => f.write_str(
-                "a handler asked for more memory at once than its whole limit; its thread is held until the operator restarts, and this controller runs no more handlers until it is restarted",
+                "a handler asked for more memory than its limit allows (one block larger than the whole limit, or more after holding 8 times the limit); its thread is held until the operator restarts, and this controller runs no more handlers until it is restarted",
             ),
             Held::Stuck => write!(
                 f,

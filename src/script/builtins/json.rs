@@ -26,8 +26,9 @@ pub fn json_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] text: &str,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        let json: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| anyhow::anyhow!("json.decode: {e}"))?;
+        // Node by node within the budgets: a short text can decode to a huge tree.
+        let json =
+            crate::script::parse::json(text).map_err(|e| anyhow::anyhow!("json.decode: {e}"))?;
         Ok(to_starlark(heap, &json))
     }
 }
