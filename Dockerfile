@@ -1,12 +1,14 @@
 # The kite base image: the kite binary on distroless, running as nonroot.
 #
-#   docker build -t ghcr.io/kite-dev/kite:VERSION .     # VERSION: Cargo.toml's version
+#   make image            # ghcr.io/kite-dev/kite:VERSION, VERSION from Cargo.toml
+#
+# Releases are built by .github/workflows/release.yml (multi-arch, signed, with an SBOM).
 #
 # Controller images are built on top of it from the Dockerfile that
 # `kite kube gen-controller-artifacts --dockerfile` prints (save it beside the script as
 # Dockerfile.controller).
 
-FROM rust:1.91-bookworm AS build
+FROM rust:1.95-bookworm AS build
 WORKDIR /src
 # The release profile keeps line tables for local profiling; the image drops them but
 # keeps the symbol table, so backtraces still name functions.
@@ -15,10 +17,11 @@ ENV CARGO_PROFILE_RELEASE_STRIP=debuginfo
 # Dependencies first, against stub sources, so that editing src/ reuses this layer.
 # Every target Cargo.toml declares needs a file, or cargo refuses the manifest.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches/controllers \
+RUN mkdir -p src benches/controllers benches/operator \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
  && echo 'fn main() {}' > benches/controllers/main.rs \
+ && echo 'fn main() {}' > benches/operator/main.rs \
  && cargo build --release --locked --bin kite \
  && rm -rf src
 

@@ -2,12 +2,30 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build cluster-build cluster-up cluster-down lint unit-test test demo fmt clean bench bench-operator chaos
+.PHONY: all build image cluster-build cluster-up cluster-down tools lint unit-test test demo fmt clean bench bench-operator chaos
 
 all: build
 
 build:
 	$(CARGO) build --locked
+
+## The kite image, tagged with Cargo.toml's version (what config/manager runs), with
+## whichever of docker, podman or buildah this machine has. Releases are built by
+## .github/workflows/release.yml.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+IMAGE ?= ghcr.io/kite-dev/kite:$(VERSION)
+image:
+	@if command -v docker >/dev/null && docker info >/dev/null 2>&1; then \
+	  docker build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null; then \
+	  podman build -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null; then \
+	  buildah bud -t $(IMAGE) .; \
+	elif command -v docker >/dev/null; then \
+	  echo "make image: docker is installed but its daemon does not answer (docker info), and neither podman nor buildah is installed" >&2; exit 1; \
+	else \
+	  echo "make image: no container engine: install docker, podman or buildah (or let .github/workflows/release.yml build it)" >&2; exit 1; \
+	fi
 
 ## The local control plane (see tests/cluster/).
 cluster-build:
@@ -26,9 +44,15 @@ lint:
 unit-test:
 	$(CARGO) test --locked --lib --bins
 
-## Everything: builds the control plane if not cached, starts it if not running,
-## builds kite, checks formatting and lints, and runs unit and integration tests.
-test: cluster-up build lint
+## The Go tools the tests check config/ and the release workflow with (cached).
+tools:
+	tests/tools/build.sh promtool >/dev/null
+	tests/tools/build.sh actionlint >/dev/null
+
+## Everything: builds the control plane and tools if not cached, starts the control
+## plane if not running, builds kite, checks formatting and lints, and runs unit and
+## integration tests.
+test: cluster-up tools build lint
 	$(CARGO) test --locked --lib --bins --tests
 	target/debug/kite test examples/
 

@@ -180,6 +180,22 @@ async fn the_alerts_and_the_dashboard_name_only_exported_metrics() {
             "{a}"
         );
     }
+    // Prometheus's own check of the rule groups (the PrometheusRule's spec; JSON is
+    // YAML), with promtool built from the version pinned in tests/tools.
+    let groups = std::env::temp_dir().join(format!("kite-rules-{ns}.yaml"));
+    std::fs::write(&groups, rules["spec"].to_string()).unwrap();
+    let checked = std::process::Command::new(tool("promtool"))
+        .args(["check", "rules"])
+        .arg(&groups)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&groups);
+    assert!(
+        checked.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
     let dashboard: Json = serde_json::from_str(&dashboard_text).unwrap();
     let rows: Vec<&str> = dashboard["panels"]
         .as_array()

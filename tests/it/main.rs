@@ -27,6 +27,7 @@ mod obj_crd;
 mod operator;
 mod operator_scale;
 mod parity;
+mod release;
 mod run;
 mod security;
 mod security_limits;

@@ -28,6 +28,18 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The path of a Go tool the tests use (promtool, actionlint), built and cached by
+/// tests/tools/build.sh (`make test` builds them first).
+pub fn tool(name: &str) -> PathBuf {
+    let out = std::process::Command::new(repo_root().join("tests/tools/build.sh"))
+        .arg(name)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running tests/tools/build.sh {name}: {e}"));
+    assert!(out.status.success(), "tests/tools/build.sh {name} failed");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 /// The local cluster's state directory, as `tests/cluster/up.sh` writes it.
 pub fn cluster_dir() -> PathBuf {
     std::env::var_os("KITE_CLUSTER_DIR")
