@@ -170,6 +170,15 @@ fn operator(args: OperatorArgs) -> ExitCode {
             logs_bind: args
                 .logs_port
                 .map(|port| std::net::SocketAddr::new(args.webhook_bind, port)),
+            // Where the other replicas reach this one: its pod IP (config/manager sets
+            // POD_IP), else the address it binds.
+            logs_host: std::env::var("POD_IP").unwrap_or_else(|_| {
+                if args.webhook_bind.is_unspecified() {
+                    "127.0.0.1".to_owned()
+                } else {
+                    args.webhook_bind.to_string()
+                }
+            }),
             webhook_service: args.webhook_service.clone(),
             webhook_configuration: args.webhook_configuration.clone(),
             approval_max_age: args.approval_max_age,

@@ -24,6 +24,11 @@ const RENEW_BEFORE: Duration = Duration::from_hours(720);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const HOSTS_ANNOTATION: &str = "starkite.io/serving-hosts";
 const NOT_AFTER_ANNOTATION: &str = "starkite.io/serving-not-after";
+/// What the serving certificate may be used for. Replicas also present it to each
+/// other as a client (forwarded log requests), so a certificate made for serving only
+/// is renewed.
+const USAGES_ANNOTATION: &str = "starkite.io/serving-usages";
+const USAGES: &str = "serverAuth,clientAuth";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -128,6 +133,7 @@ fn current(s: &Secret, hosts: &[String]) -> bool {
         });
     let has = |k: &str| s.data.as_ref().is_some_and(|d| d.contains_key(k));
     fresh_enough
+        && notes.get(USAGES_ANNOTATION).map(String::as_str) == Some(USAGES)
         && hosts.iter().all(|h| covered.contains(&h.as_str()))
         && ["ca.crt", "ca.key", "tls.crt", "tls.key", "approval.key"]
             .iter()
@@ -244,7 +250,10 @@ fn serve(mut secret: Secret, ca_key: &KeyPair, hosts: &[String]) -> Result<Secre
         .push(DnType::CommonName, "kite-operator-webhook");
     let not_after = set_validity(&mut params, 365)?;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
     params.use_authority_key_identifier_extension = true;
     let cert = params.signed_by(&key, &issuer)?;
     let data = secret.data.get_or_insert_with(BTreeMap::new);
@@ -259,6 +268,7 @@ fn serve(mut secret: Secret, ca_key: &KeyPair, hosts: &[String]) -> Result<Secre
         .get_or_insert_with(BTreeMap::new);
     notes.insert(HOSTS_ANNOTATION.into(), all.join(","));
     notes.insert(NOT_AFTER_ANNOTATION.into(), not_after.to_string());
+    notes.insert(USAGES_ANNOTATION.into(), USAGES.into());
     Ok(secret)
 }
 

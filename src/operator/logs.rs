@@ -4,10 +4,12 @@
 //! (docs/design/logs.md).
 //!
 //! Layout: [`front_proxy`] (whom the server trusts), `api` (the routes and who may
-//! read a log), [`apiservice`] (the APIService registration), [`reader`] (`kite logs`).
+//! read a log), `forward` (to the replica that runs the controller), [`apiservice`]
+//! (the APIService registration), [`reader`] (`kite logs`).
 
 mod api;
 pub mod apiservice;
+mod forward;
 pub mod front_proxy;
 pub mod reader;
 
@@ -34,8 +36,6 @@ pub enum Error {
     ReadFrontProxy { what: String, reason: String },
     #[error("setting up TLS for the logs API: {0}")]
     Tls(String),
-    #[error("issuing the logs API's serving certificate: {0}")]
-    Issue(#[from] crate::tls::Error),
     #[error("serving the logs API: {0}")]
     Listen(#[from] crate::http::Error),
     #[error("registering {what}: {source}")]
@@ -48,17 +48,18 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// How the logs API is served.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
-    /// Where to listen.
-    pub bind: SocketAddr,
     /// The operator's namespace, where the Service is.
     pub namespace: String,
-    /// In a cluster: the serving certificate, key and CA the operator's Secret holds
-    /// (covering the Service's DNS names), and a ClusterIP Service that the install
-    /// made. None: a local run, which issues its own and points an ExternalName
-    /// Service at `localhost`.
-    pub in_cluster: Option<Serving>,
+    /// The operator's serving certificate (from its Secret, covering the logs
+    /// Service's names), which replicas also present to each other.
+    pub serving: Serving,
+    /// A local run: an ExternalName Service points the APIService at `localhost`,
+    /// and both go when the run ends. Otherwise the install's ClusterIP Service.
+    pub local: bool,
+    /// With `--shards`: a request for a controller another replica runs goes there.
+    pub shards: Option<Arc<super::shard::Shards>>,
 }
 
 /// PEM texts of a serving certificate.
@@ -84,48 +85,46 @@ pub fn hosts(namespace: &str) -> Vec<String> {
     ]
 }
 
-/// Serves the logs API until `shutdown` and registers it with the API server.
+/// Serves the logs API on `listener` until `shutdown` and registers it with the API
+/// server.
 ///
 /// # Errors
-/// The API server has no aggregation layer (no front-proxy CA), the port cannot be
-/// bound, or the APIService cannot be registered.
+/// The API server has no aggregation layer (no front-proxy CA), the TLS material is
+/// unusable, or the APIService cannot be registered.
 pub async fn logs(
     client: &kube::Client,
     registry: Arc<Registry>,
+    (listener, addr): (tokio::net::TcpListener, SocketAddr),
     opts: &Options,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Served> {
     let front_proxy = front_proxy::FrontProxy::read(client).await?;
-    let serving = if let Some(s) = &opts.in_cluster {
-        s.clone()
-    } else {
-        let mut names = hosts(&opts.namespace);
-        names.push("localhost".into());
-        let issued = crate::tls::issue(SERVICE, &names, 365)?;
-        Serving {
-            cert: issued.cert,
-            key: issued.key,
-            ca: issued.ca,
-        }
-    };
-    let acceptor = front_proxy.acceptor(&serving.cert, &serving.key)?;
-    let (listener, addr) = crate::http::listen(opts.bind).await?;
+    let serving = opts.serving.clone();
+    // The API server's front proxy, and the other replicas forwarding to this one
+    // (each presents the operator's own certificate).
+    let acceptor = front_proxy.acceptor(&serving.cert, &serving.key, &serving.ca)?;
+    let own = front_proxy::first_certificate(&serving.cert)?;
     let state = Arc::new(api::State {
         client: client.clone(),
         registry,
         front_proxy: front_proxy.clone(),
+        forward: opts.shards.clone().map(|shards| forward::Forward {
+            shards,
+            serving: serving.clone(),
+            server_name: hosts(&opts.namespace).remove(0),
+        }),
     });
     let open = move |tcp: tokio::net::TcpStream| {
-        let (acceptor, front_proxy) = (acceptor.clone(), front_proxy.clone());
+        let (acceptor, front_proxy, own) = (acceptor.clone(), front_proxy.clone(), own.clone());
         async move {
             let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
                 .await
                 .ok()?
                 .ok()?;
-            // Verified against the front-proxy CA by the handshake; the name is the
-            // API server's own check on top.
+            // The handshake verified the chain; the name is the API server's own
+            // check on top, and a replica presents exactly our certificate.
             let peer = tls.get_ref().1.peer_certificates()?.first()?.to_vec();
-            front_proxy.allows(&peer).then_some(tls)
+            (peer == own || front_proxy.allows(&peer)).then_some(tls)
         }
     };
     let handler = move |req| api::handle(state.clone(), req);
@@ -137,12 +136,18 @@ pub async fn logs(
         open,
         handler,
     ));
-    let local = opts.in_cluster.is_none();
-    apiservice::register(client, &opts.namespace, addr.port(), &serving.ca, local).await?;
+    apiservice::register(
+        client,
+        &opts.namespace,
+        addr.port(),
+        &serving.ca,
+        opts.local,
+    )
+    .await?;
     tracing::info!(bound = %addr, apiservice = %apiservice::name(), "serving the logs API");
     Ok(Served {
         ca: serving.ca,
-        local,
+        local: opts.local,
     })
 }
 

@@ -68,6 +68,8 @@ pub struct Options {
     pub webhook_bind: SocketAddr,
     /// Where the logs API listens (None: not served).
     pub logs_bind: Option<SocketAddr>,
+    /// The host other replicas reach this one's logs API at (its pod IP in a cluster).
+    pub logs_host: String,
     /// Register the webhook through this Service in the operator's namespace (inside a
     /// pod); None registers `https://<bind>:<port>` (beside the API server).
     pub webhook_service: Option<String>,
@@ -168,6 +170,23 @@ pub async fn run(
         tokio::runtime::Handle::current(),
         Some(Arc::new(super::gate::ReadGate::new(client.clone()))),
     );
+    // Bound first: other replicas learn its address from this one's shard lease.
+    let logs_listener = match opts.logs_bind {
+        Some(bind) => Some(
+            crate::http::listen(bind)
+                .await
+                .map_err(super::logs::Error::from)?,
+        ),
+        None => None,
+    };
+    let logs_address =
+        logs_listener.as_ref().map(
+            |(_, addr)| match opts.logs_host.parse::<std::net::IpAddr>() {
+                // [v6]:port
+                Ok(ip) => SocketAddr::new(ip, addr.port()).to_string(),
+                Err(_) => format!("{}:{}", opts.logs_host, addr.port()),
+            },
+        );
     // With shards, each replica holds a membership lease (released only once its hosted
     // controllers have stopped); hosted controllers write only while it is valid.
     let shards = opts.shards.then(|| {
@@ -175,6 +194,7 @@ pub async fn run(
             client.clone(),
             &opts.operator_namespace,
             &opts.identity,
+            logs_address.clone(),
             release_rx.clone(),
         )
     });
@@ -198,8 +218,9 @@ pub async fn run(
         ],
         None => vec![endpoint_host.clone(), "localhost".to_owned()],
     };
-    // In a cluster the logs API serves the same certificate, under its Service's names.
-    if opts.webhook_service.is_some() && opts.logs_bind.is_some() {
+    // The logs API serves the same certificate, under its Service's names (which the
+    // API server asks for, in a cluster and locally alike).
+    if opts.logs_bind.is_some() {
         hosts.extend(super::logs::hosts(&opts.operator_namespace));
     }
     let material = certs::certs(&client, &opts.operator_namespace, &hosts).await?;
@@ -333,20 +354,22 @@ pub async fn run(
         }
         delay = (delay * 2).min(Duration::from_secs(30));
     }
-    let logs = match opts.logs_bind {
-        Some(bind) => {
+    let logs = match logs_listener {
+        Some(listener) => {
             let logs_opts = super::logs::Options {
-                bind,
                 namespace: opts.operator_namespace.clone(),
-                in_cluster: opts.webhook_service.as_ref().map(|_| super::logs::Serving {
+                serving: super::logs::Serving {
                     cert: material.cert.clone(),
                     key: material.key.clone(),
                     ca: material.ca.clone(),
-                }),
+                },
+                local: opts.webhook_service.is_none(),
+                shards: shards.clone(),
             };
             let served = super::logs::logs(
                 &client,
                 registry.clone(),
+                listener,
                 &logs_opts,
                 stopped(stop_rx.clone()),
             )

@@ -62,7 +62,16 @@ pub struct Shards {
     members: watch::Receiver<Vec<String>>,
     /// This replica's membership: hosted controllers write nothing once it lapses.
     validity: Arc<Validity>,
+    /// Each live replica's logs API address (its lease's [`LOGS_ANNOTATION`]), for
+    /// forwarding a log request to the replica that runs the controller.
+    logs: Addresses,
 }
+
+/// Each live replica's logs address, by identity.
+type Addresses = Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>;
+
+/// The lease annotation with a replica's logs API address (`host:port`).
+pub const LOGS_ANNOTATION: &str = "starkite.io/logs-address";
 
 impl Shards {
     /// Joins: holds this replica's membership Lease in `namespace` and keeps the list
@@ -72,6 +81,7 @@ impl Shards {
         client: kube::Client,
         namespace: &str,
         identity: &str,
+        logs_address: Option<String>,
         release: watch::Receiver<bool>,
     ) -> Arc<Self> {
         let shutdown = move || {
@@ -85,6 +95,11 @@ impl Shards {
         config.lease_duration = LEASE_DURATION;
         config.renew_deadline = RENEW_DEADLINE;
         config.retry_period = RETRY_PERIOD;
+        if let Some(address) = logs_address {
+            config
+                .annotations
+                .insert(LOGS_ANNOTATION.to_owned(), address);
+        }
         let (held_tx, held) = watch::channel(false);
         tokio::spawn(leader::run(
             client.clone(),
@@ -94,13 +109,14 @@ impl Shards {
             shutdown(),
         ));
         let (members_tx, members) = watch::channel(Vec::new());
+        let logs = Arc::default();
         tokio::spawn(look(
             client.clone(),
             namespace.to_owned(),
             identity.to_owned(),
             held,
             validity.clone(),
-            members_tx,
+            (members_tx, Arc::clone(&logs)),
             shutdown(),
         ));
         Arc::new(Self {
@@ -108,7 +124,22 @@ impl Shards {
             client,
             members,
             validity,
+            logs,
         })
+    }
+
+    /// This replica's identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The logs API address of the live replica `identity`, if it serves one.
+    pub fn logs_address(&self, identity: &str) -> Option<String> {
+        self.logs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(identity)
+            .cloned()
     }
 
     /// This replica's membership, which hosted controllers' writes depend on.
@@ -265,7 +296,7 @@ async fn look(
     identity: String,
     held: watch::Receiver<bool>,
     validity: Arc<Validity>,
-    members: watch::Sender<Vec<String>>,
+    (members, logs): (watch::Sender<Vec<String>>, Addresses),
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
@@ -280,13 +311,23 @@ async fn look(
             Ok(Ok(leases)) => {
                 let now = Timestamp::now();
                 let mut live = Vec::new();
+                let mut addresses = std::collections::HashMap::new();
                 for lease in leases.items {
                     let name = lease.name_any();
                     if !name.starts_with(LEASE_PREFIX) {
                         continue;
                     }
+                    let address = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(LOGS_ANNOTATION))
+                        .cloned();
                     let Some(spec) = lease.spec else { continue };
                     let holder = spec.holder_identity.unwrap_or_default();
+                    if let Some(address) = address.filter(|_| !holder.is_empty()) {
+                        addresses.insert(holder.clone(), address);
+                    }
                     let age = spec
                         .renew_time
                         .map(|t| Duration::try_from(now.duration_since(t.0)).unwrap_or_default());
@@ -316,6 +357,10 @@ async fn look(
                 }
                 live.sort();
                 live.dedup();
+                addresses.retain(|holder, _| live.contains(holder));
+                *logs
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = addresses;
                 members.send_if_modified(|m| {
                     if *m == live {
                         false

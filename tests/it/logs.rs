@@ -44,32 +44,41 @@ fn slc(ns: &str, name: &str, script: &str) -> serde_json::Value {
     })
 }
 
-async fn apiservice_exists() -> bool {
-    kubectl(&["get", "apiservice", "v1alpha1.logs.starkite.io"])
-        .await
-        .status
-        .success()
+/// The one APIService v1alpha1.logs.starkite.io a cluster can have: held by one test
+/// at a time, and removed when it ends, however it ends (an APIService nobody serves
+/// makes discovery fail, and namespaces then cannot finish deleting).
+struct LogsApi(
+    #[allow(dead_code, reason = "held for its drop")] tokio::sync::MutexGuard<'static, ()>,
+);
+
+impl LogsApi {
+    async fn take() -> Self {
+        static HELD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        install_starlarkcontroller_crd().await;
+        let access = repo_root().join("config/rbac/logs_access.yaml");
+        kubectl_ok(&["apply", "-f", &access.display().to_string()]).await;
+        LogsApi(HELD.lock().await)
+    }
 }
 
-#[tokio::test]
-async fn an_author_follows_their_controller_and_is_refused_for_others() {
-    install_starlarkcontroller_crd().await;
-    kubectl_ok(&[
-        "apply",
-        "-f",
-        &repo_root()
-            .join("config/rbac/logs_access.yaml")
-            .display()
-            .to_string(),
-    ])
-    .await;
-    let ns = TestNamespace::new("logs").await;
-    let ns = ns.name.as_str();
-    let elsewhere = TestNamespace::new("logs-other").await;
-    let elsewhere = elsewhere.name.as_str();
-    let user = author(ns).await;
-    let ceiling = Ceiling::new(CEILING).await;
-    let mut op = Operator::start_with(ns, &ceiling, &["--namespace", ns, "--logs-port", "0"]).await;
+impl Drop for LogsApi {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .args([
+                "delete",
+                "apiservice",
+                "v1alpha1.logs.starkite.io",
+                "--ignore-not-found",
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// Waits until the API server finds the logs API available.
+async fn logs_api_available() {
     wait_until("the logs API available", T, || async {
         jsonpath(
             "apiservice",
@@ -81,6 +90,36 @@ async fn an_author_follows_their_controller_and_is_refused_for_others() {
             == "True"
     })
     .await;
+}
+
+async fn apiservice_exists() -> bool {
+    kubectl(&["get", "apiservice", "v1alpha1.logs.starkite.io"])
+        .await
+        .status
+        .success()
+}
+
+#[tokio::test]
+async fn an_author_follows_their_controller_and_is_refused_for_others() {
+    let _api = LogsApi::take().await;
+    let ns = TestNamespace::new("logs").await;
+    let ns = ns.name.as_str();
+    let elsewhere = TestNamespace::new("logs-other").await;
+    let elsewhere = elsewhere.name.as_str();
+    let user = author(ns).await;
+    let ceiling = Ceiling::new(CEILING).await;
+    // Its own operator namespace: the serving certificate it adds the logs Service's
+    // names to is not the one other tests' operators share.
+    let args = [
+        "--namespace",
+        ns,
+        "--logs-port",
+        "0",
+        "--operator-namespace",
+        ns,
+    ];
+    let mut op = Operator::start_with(ns, &ceiling, &args).await;
+    logs_api_available().await;
 
     let out = apply_as(&user, &slc(ns, "talker", TALKER)).await;
     assert!(
@@ -203,4 +242,88 @@ async fn an_author_follows_their_controller_and_is_refused_for_others() {
     sigterm(op.kite.pid());
     assert!(op.kite.wait(T).await.success());
     assert!(!apiservice_exists().await);
+}
+
+/// With `--shards`, the API server reaches one replica (the one it was last pointed
+/// at); a replica that does not run the controller passes the request to the one that
+/// does, which decides who may read it.
+#[tokio::test]
+async fn a_replica_passes_a_request_to_the_one_that_runs_the_controller() {
+    let _api = LogsApi::take().await;
+    let ns = TestNamespace::new("logs-shards").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(CEILING).await;
+    let args = [
+        "--namespace",
+        ns,
+        "--shards",
+        "auto",
+        "--operator-namespace",
+        ns,
+        "--logs-port",
+        "0",
+    ];
+    let mut ops = Vec::new();
+    for _ in 0..2 {
+        ops.push(Operator::start_with(ns, &ceiling, &args).await);
+    }
+    logs_api_available().await;
+    // Controllers until one runs on the replica the APIService does not point at.
+    let served_port = jsonpath(
+        "apiservice",
+        "v1alpha1.logs.starkite.io",
+        "",
+        "{.spec.service.port}",
+    )
+    .await;
+    let port_of = |identity: String| async move {
+        let address = jsonpath(
+            "lease",
+            &format!("kite-operator-shard-{identity}"),
+            ns,
+            "{.metadata.annotations.starkite\\.io/logs-address}",
+        )
+        .await;
+        address.rsplit(':').next().unwrap_or_default().to_owned()
+    };
+    let mut elsewhere = None;
+    for i in 0..12 {
+        let name = format!("c{i}");
+        let script = format!("print(\"I am {name}\")\n\n{TALKER}");
+        apply_slc(ns, &name, json!({"script": script})).await;
+        wait_condition(ns, &name, "Ready", "True", T).await;
+        let replica = status(ns, &name).await["replica"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!replica.is_empty(), "{name} has no replica");
+        if port_of(replica).await != served_port {
+            elsewhere = Some(name);
+            break;
+        }
+    }
+    let name = elsewhere.expect("a controller on the replica the APIService does not point at");
+    let out = kite_output(&["logs", &format!("slc/{name}"), "-n", ns], T).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(&format!("I am {name}")), "{stdout}");
+    // The replica that runs it refuses a stranger, as it would without forwarding.
+    let out = kite_output(
+        &["logs", &format!("slc/{name}"), "-n", ns, "--as", "stranger"],
+        T,
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("User \"stranger\" cannot get resource \"starlarkcontrollers/log\""),
+        "{stderr}"
+    );
+    for op in &mut ops {
+        sigterm(op.kite.pid());
+        assert!(op.kite.wait(T).await.success());
+    }
 }

@@ -182,6 +182,7 @@ impl Elector {
         {
             let mut lease = known.clone();
             lease.spec = Some(held_spec(lease.spec.as_ref(), &identity, seconds, &now));
+            self.annotate(&mut lease);
             match self.replace(&lease, deadline).await {
                 Ok(written) => {
                     self.observe(written, Instant::now());
@@ -203,6 +204,8 @@ impl Elector {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(name),
+                    annotations: (!self.config.annotations.is_empty())
+                        .then(|| self.config.annotations.clone()),
                     ..ObjectMeta::default()
                 },
                 spec: Some(held_spec(None, &identity, seconds, &now)),
@@ -225,10 +228,22 @@ impl Elector {
                 let mut lease = current;
                 // The fetched resourceVersion stays: if anyone wrote since, this is a 409.
                 lease.spec = Some(held_spec(Some(&spec), &identity, seconds, &now));
+                self.annotate(&mut lease);
                 let written = self.replace(&lease, deadline).await?;
                 self.observe(written, Instant::now());
                 Ok(Attempt::Leading)
             }
+        }
+    }
+
+    /// Puts the configured annotations on `lease` (the holder's, kept while it holds it).
+    fn annotate(&self, lease: &mut Lease) {
+        if !self.config.annotations.is_empty() {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(self.config.annotations.clone());
         }
     }
 

@@ -63,6 +63,9 @@ pub struct LeaderConfig {
     pub renew_deadline: Duration,
     /// How often to try to acquire or renew.
     pub retry_period: Duration,
+    /// Annotations the holder keeps on the lease while it holds it (a shard replica's
+    /// logs address, say).
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl LeaderConfig {
@@ -79,6 +82,7 @@ impl LeaderConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            annotations: std::collections::BTreeMap::new(),
         }
     }
 

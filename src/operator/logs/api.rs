@@ -24,9 +24,11 @@ pub struct State {
     pub client: kube::Client,
     pub registry: Arc<Registry>,
     pub front_proxy: FrontProxy,
+    /// With `--shards`: how to reach the replica that runs a controller.
+    pub forward: Option<super::forward::Forward>,
 }
 
-type Body = BoxBody<Bytes, Infallible>;
+type Body = BoxBody<Bytes, hyper::Error>;
 
 /// How often a follower checks that its controller still exists.
 const GONE_CHECK: Duration = Duration::from_secs(5);
@@ -66,22 +68,36 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         );
     };
     let found = state.registry.log_of(&target.key);
+    if found.is_none()
+        && !req.headers().contains_key(super::forward::FORWARDED)
+        && let Some(forward) = &state.forward
+        && let Some(owner) = forward.owner(&state.client, &target.key).await
+    {
+        return match owner {
+            // The replica that runs it decides who may read it (its author, say).
+            super::forward::Owner::At(address) => match forward.send(&address, &req).await {
+                Ok(answer) => answer.map(BodyExt::boxed),
+                Err(e) => status(
+                    StatusCode::BAD_GATEWAY,
+                    "BadGateway",
+                    &format!("the replica that runs it: {e}"),
+                ),
+            },
+            super::forward::Owner::Unreachable(replica) => {
+                match may_read(&state.client, &caller, &target, None).await {
+                    Ok(true) => status(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "ServiceUnavailable",
+                        &format!("it runs on replica {replica}, which serves no logs API"),
+                    ),
+                    _ => forbidden(&caller, &target),
+                }
+            }
+        };
+    }
     match may_read(&state.client, &caller, &target, found.as_ref()).await {
         Ok(true) => {}
-        Ok(false) => {
-            let message = format!(
-                "User {:?} cannot get resource \"{}/log\" in API group \"starkite.io\"{}",
-                caller.username,
-                target.resource,
-                target
-                    .key
-                    .0
-                    .is_empty()
-                    .then(String::new)
-                    .unwrap_or_else(|| format!(" in the namespace {:?}", target.key.0)),
-            );
-            return status(StatusCode::FORBIDDEN, "Forbidden", &message);
-        }
+        Ok(false) => return forbidden(&caller, &target),
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e),
     }
     let Some((journal, _)) = found else {
@@ -145,8 +161,24 @@ fn follow(
     Response::builder()
         .status(StatusCode::OK)
         .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .body(BodyExt::boxed(
+            StreamBody::new(stream).map_err(|never| match never {}),
+        ))
         .unwrap_or_else(|_| Response::new(empty()))
+}
+
+/// The refusal RBAC's own words would give.
+fn forbidden(caller: &Author, target: &Target) -> Response<Body> {
+    let place = if target.key.0.is_empty() {
+        String::new()
+    } else {
+        format!(" in the namespace {:?}", target.key.0)
+    };
+    let message = format!(
+        "User {:?} cannot get resource \"{}/log\" in API group \"starkite.io\"{place}",
+        caller.username, target.resource,
+    );
+    status(StatusCode::FORBIDDEN, "Forbidden", &message)
 }
 
 /// Whether `caller` may read the log of `target`: its author may, and anyone a
@@ -288,14 +320,16 @@ fn resources() -> serde_json::Value {
 }
 
 fn empty() -> Body {
-    BodyExt::boxed(Full::new(Bytes::new()))
+    BodyExt::boxed(Full::new(Bytes::new()).map_err(|never| match never {}))
 }
 
 fn full(code: StatusCode, content_type: &str, body: &str) -> Response<Body> {
     Response::builder()
         .status(code)
         .header(hyper::header::CONTENT_TYPE, content_type)
-        .body(BodyExt::boxed(Full::new(Bytes::from(body.to_owned()))))
+        .body(BodyExt::boxed(
+            Full::new(Bytes::from(body.to_owned())).map_err(|never| match never {}),
+        ))
         .unwrap_or_else(|_| Response::new(empty()))
 }
 

@@ -79,17 +79,23 @@ impl FrontProxy {
     }
 
     /// A TLS acceptor serving `cert` and `key` that accepts only clients with a
-    /// certificate the front-proxy CA signed.
+    /// certificate the front-proxy CA or `peer_ca` (the operator's own, which its
+    /// replicas present) signed.
     ///
     /// # Errors
     /// [`Error::Tls`] for a CA, certificate or key that cannot be used.
-    pub fn acceptor(&self, cert: &str, key: &str) -> Result<TlsAcceptor> {
+    pub fn acceptor(&self, cert: &str, key: &str, peer_ca: &str) -> Result<TlsAcceptor> {
         let tls = |reason: String| Error::Tls(reason);
         let mut roots = RootCertStore::empty();
-        for ca in CertificateDer::pem_slice_iter(self.ca.as_bytes()) {
-            roots
-                .add(ca.map_err(|e| tls(format!("the front-proxy CA: {e}")))?)
-                .map_err(|e| tls(format!("the front-proxy CA: {e}")))?;
+        for (what, pem) in [
+            ("the front-proxy CA", &self.ca),
+            ("the operator's CA", &peer_ca.to_owned()),
+        ] {
+            for ca in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots
+                    .add(ca.map_err(|e| tls(format!("{what}: {e}")))?)
+                    .map_err(|e| tls(format!("{what}: {e}")))?;
+            }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -165,6 +171,18 @@ impl FrontProxy {
             extra,
         })
     }
+}
+
+/// The DER of the first certificate in `pem`.
+///
+/// # Errors
+/// [`Error::Tls`] when there is none.
+pub fn first_certificate(pem: &str) -> Result<Vec<u8>> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .and_then(std::result::Result::ok)
+        .map(|c| c.to_vec())
+        .ok_or_else(|| Error::Tls("the serving certificate has no CERTIFICATE block".into()))
 }
 
 /// An extra header's key as the proxy escapes it (`%2F` for `/`, and so on).
