@@ -219,6 +219,7 @@ pub(super) fn process(
         return None;
     }
     let start = Instant::now();
+    crate::k8s::write_log::noting();
     let trigger = level.unwrap_or("event");
     let mut result: Result<Option<Outcome>, Error> = Ok(None);
     let mut events = pending.events;
@@ -240,6 +241,7 @@ pub(super) fn process(
         result = reconcile(shared, runtime, key, &obj).map(Some);
     }
     let elapsed = start.elapsed();
+    let wrote = wrote(crate::k8s::write_log::noted());
     match result {
         Ok(outcome) => {
             shared.queue.forget(item);
@@ -270,7 +272,7 @@ pub(super) fn process(
                     format!(", again in {}", crate::duration::format(d))
                 });
                 format!(
-                    "reconciled {key} ({trigger}) in {}ms{then}",
+                    "reconciled {key} ({trigger}) in {}ms{wrote}{then}",
                     crate::duration::millis(elapsed)
                 )
             });
@@ -298,7 +300,7 @@ pub(super) fn process(
                     &Ready::error(first_line(&e.to_string())),
                 );
             }
-            let retry = failed(shared, runtime, item, key, trigger, elapsed, &e);
+            let retry = failed(shared, runtime, item, key, (trigger, &wrote), elapsed, &e);
             Some(Processed {
                 trigger,
                 requeue_after: None,
@@ -372,6 +374,20 @@ fn at_least_floor(shared: &Shared, key: &Key, asked: Duration) -> Duration {
     limits.min_period
 }
 
+/// ", wrote Kind ns/name, ..." for a journal line (empty when nothing was written).
+fn wrote((names, count): (Vec<String>, usize)) -> String {
+    if count == 0 {
+        return String::new();
+    }
+    let more = count - names.len();
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(", wrote {}{more}", names.join(", "))
+}
+
 /// Adds `text` to the controller's journal, if it keeps one (hosted controllers).
 fn journal(shared: &Shared, text: impl FnOnce() -> String) {
     if let Some(journal) = shared.host.printer.journal() {
@@ -385,7 +401,7 @@ fn failed(
     runtime: &tokio::runtime::Handle,
     item: &WorkKey,
     key: &Key,
-    trigger: &str,
+    (trigger, wrote): (&str, &str),
     elapsed: Duration,
     e: &Error,
 ) -> Option<Duration> {
@@ -402,7 +418,7 @@ fn failed(
     shared.metrics.record_error(summary);
     journal(shared, || {
         format!(
-            "reconcile of {key} ({trigger}) failed after {}ms: {e}",
+            "reconcile of {key} ({trigger}) failed after {}ms{wrote}: {e}",
             crate::duration::millis(elapsed)
         )
     });

@@ -27,6 +27,44 @@ struct Inner {
     set: HashSet<(String, String)>,
 }
 
+/// Writes this thread made since [`noting`] (at most this many are named).
+const NOTED: usize = 20;
+
+thread_local! {
+    /// `Kind namespace/name` of each write recorded since [`noting`], and how many.
+    static WRITTEN: std::cell::RefCell<Option<(Vec<String>, usize)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Starts naming this thread's recorded writes (a reconcile's, for its journal line).
+pub fn noting() {
+    WRITTEN.with(|w| *w.borrow_mut() = Some((Vec::new(), 0)));
+}
+
+/// The writes named since [`noting`] (the first [`NOTED`]) and their count; stops.
+pub fn noted() -> (Vec<String>, usize) {
+    WRITTEN.with(|w| w.borrow_mut().take()).unwrap_or_default()
+}
+
+fn note(obj: &Json) {
+    WRITTEN.with(|w| {
+        if let Some((names, count)) = w.borrow_mut().as_mut() {
+            *count += 1;
+            if names.len() < NOTED {
+                let meta = &obj["metadata"];
+                let ns = meta["namespace"]
+                    .as_str()
+                    .map_or(String::new(), |n| format!("{n}/"));
+                names.push(format!(
+                    "{} {ns}{}",
+                    obj["kind"].as_str().unwrap_or("object"),
+                    meta["name"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+    });
+}
+
 fn identity(obj: &Json) -> Option<(String, String)> {
     let meta = &obj["metadata"];
     Some((
@@ -43,6 +81,7 @@ impl WriteLog {
 
     /// Remembers the object a write returned.
     pub fn record(&self, obj: &Json) {
+        note(obj);
         if let Some(f) = self.observer.get() {
             f(obj);
         }
@@ -102,6 +141,25 @@ mod tests {
         assert!(log.is_echo(&obj("a", "5")));
         assert!(!log.is_echo(&obj("a", "5")), "only once");
         assert!(!log.is_echo(&json!({})));
+    }
+
+    #[test]
+    fn a_reconciles_writes_are_named_for_its_journal_line() {
+        let log = WriteLog::default();
+        log.record(&obj("u0", "1"));
+        assert_eq!(noted(), (Vec::new(), 0), "nothing is named before noting");
+        noting();
+        for i in 0..25 {
+            log.record(&json!({
+                "kind": "ConfigMap",
+                "metadata": {"uid": format!("u{i}"), "resourceVersion": "1", "namespace": "team", "name": format!("c{i}")},
+            }));
+        }
+        let (names, count) = noted();
+        assert_eq!(count, 25);
+        assert_eq!(names.len(), NOTED);
+        assert_eq!(names[0], "ConfigMap team/c0");
+        assert_eq!(noted(), (Vec::new(), 0), "noting stops");
     }
 
     #[test]
