@@ -9,6 +9,7 @@
 
 mod api;
 pub mod apiservice;
+mod followers;
 mod forward;
 pub mod front_proxy;
 pub mod reader;
@@ -42,6 +43,11 @@ pub enum Error {
     Register { what: String, source: kube::Error },
     #[error("registering {what}: timed out")]
     RegisterTimeout { what: String },
+    /// A local run found the APIService pointing at an install's Service.
+    #[error(
+        "the APIService {VERSION}.{GROUP} serves the logs of the kite installed in the cluster (Service {service}); a local run does not take it over: run it without --logs-port"
+    )]
+    Taken { service: String },
 }
 
 /// The result type of this module.
@@ -77,12 +83,18 @@ pub struct Served {
     pub local: bool,
 }
 
-/// The DNS names the Service gives the logs API in `namespace`.
+/// The DNS names the API server asks the logs API's certificate for in `namespace`:
+/// the install's Service's, and a local run's (the first is what replicas ask for).
 pub fn hosts(namespace: &str) -> Vec<String> {
-    vec![
-        format!("{SERVICE}.{namespace}.svc"),
-        format!("{SERVICE}.{namespace}.svc.cluster.local"),
-    ]
+    [SERVICE, apiservice::LOCAL_SERVICE]
+        .iter()
+        .flat_map(|svc| {
+            [
+                format!("{svc}.{namespace}.svc"),
+                format!("{svc}.{namespace}.svc.cluster.local"),
+            ]
+        })
+        .collect()
 }
 
 /// Serves the logs API on `listener` until `shutdown` and registers it with the API
@@ -108,6 +120,7 @@ pub async fn logs(
         client: client.clone(),
         registry,
         front_proxy: front_proxy.clone(),
+        followers: Arc::default(),
         forward: opts.shards.clone().map(|shards| forward::Forward {
             shards,
             serving: serving.clone(),

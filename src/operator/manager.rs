@@ -456,8 +456,7 @@ pub async fn run(
     // A local run's logs API goes with it too (in a cluster, the other replicas serve it).
     if let Some(served) = logs.filter(|s| s.local)
         && let Some(command) =
-            super::logs::apiservice::withdraw(&client, &opts.operator_namespace, &served.ca, true)
-                .await
+            super::logs::apiservice::withdraw(&client, &opts.operator_namespace, &served.ca).await
     {
         tracing::warn!(
             "could not remove this run's logs APIService, which makes discovery fail while no operator serves it; remove it with: {command}"
@@ -555,7 +554,18 @@ async fn controller<K: Tenant>(
             reconciler::error_policy::<K>,
             ctx.clone(),
         )
-        .for_each(|_| futures::future::ready(()))
+        .for_each(|result| {
+            let ctx = ctx.clone();
+            async move {
+                if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = result {
+                    let key = (
+                        gone.namespace.clone().unwrap_or_default(),
+                        gone.name.clone(),
+                    );
+                    reconciler::forget(&ctx, &key).await;
+                }
+            }
+        })
         .await;
 }
 

@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// What kite itself keeps per hosted controller (queue, cache entries, status), charged
-/// on top of its module: many small controllers count too.
-pub const OVERHEAD: usize = 256 * 1024;
+/// What kite itself keeps per hosted controller (queue, cache entries, status, and its
+/// journal at its fullest), charged on top of its module: many small controllers count
+/// too.
+pub const OVERHEAD: usize = 256 * 1024 + crate::script::journal::MAX_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -144,8 +145,8 @@ mod tests {
         let second = quota.charge("a", OVERHEAD * 4).unwrap();
         let e = quota.charge("a", OVERHEAD).unwrap_err().to_string();
         assert!(
-            e.contains("namespace a's other controllers keep 2.5 MiB")
-                && e.contains("limit of 2.5 MiB per namespace (--namespace-memory)"),
+            e.contains("namespace a's other controllers keep 5.0 MiB")
+                && e.contains("limit of 5.0 MiB per namespace (--namespace-memory)"),
             "{e}"
         );
         // Another namespace has its own.

@@ -420,7 +420,13 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         discovery: ctx.discovery.clone(),
         turns: ctx.turns.clone(),
         quota: ctx.quota.clone(),
-        journal: ctx.registry.journal(&d.key, &cr.uid().unwrap_or_default()),
+        journal: ctx.registry.journal(
+            &d.key,
+            &cr.uid().unwrap_or_default(),
+            d.authority
+                .as_ref()
+                .map_or("", |a| a.author.username.as_str()),
+        ),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {
@@ -489,6 +495,23 @@ async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     }
     grants::remove(&ctx.client, &cr.uid().unwrap_or_default()).await?;
     Ok(Action::await_change())
+}
+
+/// A resource that left the operator's watch without a last reconcile (deleted with
+/// its finalizer taken off by hand, or relabelled out of `--selector`): what it ran
+/// stops, and its grants go, as for a deletion. The controller learns of it when the
+/// resource's next requeue (at most `--recheck-period` away) finds it gone.
+pub async fn forget(ctx: &Context, key: &super::registry::Key) {
+    let Some((uid, hosted)) = ctx.registry.forget(key) else {
+        return;
+    };
+    tracing::info!(controller = %format!("{}/{}", key.0, key.1), "the resource is gone from the operator's watch; stopping its controller");
+    if let Some(h) = hosted {
+        stop(h).await;
+    }
+    if let Err(e) = grants::remove(&ctx.client, &uid).await {
+        tracing::warn!(controller = %format!("{}/{}", key.0, key.1), error = %e, "removing the grants of a resource that is gone");
+    }
 }
 
 fn valid() -> Verdict {

@@ -37,8 +37,18 @@ pub struct Entry {
     pub authority: Option<Arc<Authority>>,
     pub authority_checked: Option<Instant>,
     /// What the controller said, for `kite logs`: kept across restarts of the same
-    /// object (its uid), never shown to the author of a new object of the same name.
-    pub journal: Option<(String, Arc<Journal>)>,
+    /// object (its uid) by the same author, and shown only to that author (or whom
+    /// RBAC lets read it): a new author, or a new object of the same name, starts a
+    /// new one. Dropped when nothing runs.
+    pub journal: Option<Era>,
+}
+
+/// One journal and whose it is.
+pub struct Era {
+    pub uid: String,
+    /// The username of the author whose approval runs the controller writing it.
+    pub author: String,
+    pub journal: Arc<Journal>,
 }
 
 /// The author of a running controller and the permissions it was granted on their behalf.
@@ -87,6 +97,10 @@ impl Registry {
         entry.fingerprint = fingerprint;
         entry.outcome = outcome;
         entry.script_ref = script_ref;
+        // What does not run keeps no journal (it is charged to no quota).
+        if hosted.is_none() {
+            entry.journal = None;
+        }
         std::mem::replace(&mut entry.hosted, hosted)
     }
 
@@ -158,30 +172,42 @@ impl Registry {
             .map(|h| h.controller.access())
     }
 
-    /// The journal of the object `uid` at `key`: the one it had, or a new one.
-    pub fn journal(&self, key: &Key, uid: &str) -> Arc<Journal> {
+    /// The journal of the object `uid` at `key` as `author` runs it: the one it had,
+    /// or a new one.
+    pub fn journal(&self, key: &Key, uid: &str, author: &str) -> Arc<Journal> {
         let mut entries = self.lock();
         let entry = entries.entry(key.clone()).or_default();
         match &entry.journal {
-            Some((of, journal)) if of == uid => journal.clone(),
+            Some(era) if era.uid == uid && era.author == author => era.journal.clone(),
             _ => {
                 let journal = Arc::new(Journal::default());
-                entry.journal = Some((uid.to_owned(), journal.clone()));
+                entry.journal = Some(Era {
+                    uid: uid.to_owned(),
+                    author: author.to_owned(),
+                    journal: journal.clone(),
+                });
                 journal
             }
         }
     }
 
-    /// What `kite logs` needs of `key`: its journal, and who approved what runs.
-    pub fn log_of(&self, key: &Key) -> Option<(Arc<Journal>, Option<Arc<Authority>>)> {
+    /// What `kite logs` needs of `key` while its controller runs: its journal, and
+    /// the author that journal belongs to.
+    pub fn log_of(&self, key: &Key) -> Option<(Arc<Journal>, String)> {
         let entries = self.lock();
         let entry = entries.get(key)?;
-        let (_, journal) = entry.journal.as_ref()?;
-        Some((journal.clone(), entry.authority.clone()))
+        entry.hosted.as_ref()?;
+        let era = entry.journal.as_ref()?;
+        Some((era.journal.clone(), era.author.clone()))
     }
 
     pub fn take_hosted(&self, key: &Key) -> Option<Hosted> {
         self.lock().get_mut(key).and_then(|e| e.hosted.take())
+    }
+
+    /// Forgets `key`; returns its uid and controller, which the caller stops.
+    pub fn forget(&self, key: &Key) -> Option<(String, Option<Hosted>)> {
+        self.lock().remove(key).map(|e| (e.uid, e.hosted))
     }
 
     /// Forgets `key`; returns its controller, which the caller stops.

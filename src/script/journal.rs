@@ -9,8 +9,9 @@ use std::time::SystemTime;
 /// Entries one journal keeps at most; the oldest go first.
 pub const MAX_ENTRIES: usize = 2000;
 
-/// Bytes of text one journal keeps at most (so 2000 long tracebacks cannot add up).
-pub const MAX_BYTES: usize = 512 * 1024;
+/// Bytes of text one journal keeps at most (so 2000 long tracebacks cannot add up);
+/// charged to its namespace's `--namespace-memory` with the controller.
+pub const MAX_BYTES: usize = 256 * 1024;
 
 /// One line (or one reconcile's outcome, which may span lines: a traceback).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,18 +94,26 @@ impl Journal {
     }
 }
 
-/// `text` with control characters escaped, but for line breaks and tabs: what a
-/// reader's terminal shows is the text, never an escape sequence.
+/// `text` as a reader's terminal should show it: control characters, and the ones
+/// that reorder or hide text (bidirectional controls, zero-width characters, line and
+/// paragraph separators), escaped; each line after the first indented, so that a
+/// traceback's text can never pass for an entry of its own.
 fn clean(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() && c != '\n' && c != '\t' {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
+        match c {
+            '\n' => out.push_str("\n    "),
+            '\t' => out.push(c),
+            c if c.is_control() || hides(c) => out.extend(c.escape_default()),
+            c => out.push(c),
         }
     }
     out
+}
+
+/// Characters that change how the text around them shows.
+fn hides(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, saying so.
@@ -143,8 +152,11 @@ mod tests {
         assert!(bytes <= MAX_BYTES, "{bytes}");
         assert!(all.last().unwrap().text.ends_with("...(cut)"));
         // No escape sequence reaches a reader's terminal.
-        j.push("a\x1b[2Jb\nc");
-        assert_eq!(j.read(0, None, Some(1))[0].text, "a\\u{1b}[2Jb\nc");
+        j.push("a\x1b[2Jb\nreconciled x\u{202E}y");
+        assert_eq!(
+            j.read(0, None, Some(1))[0].text,
+            "a\\u{1b}[2Jb\n    reconciled x\\u{202e}y"
+        );
     }
 
     #[test]

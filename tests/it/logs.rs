@@ -20,11 +20,16 @@ const TALKER: &str = "print(\"top level here\")\n\ndef reconcile(cm):\n    print
 /// An author: may manage StarlarkControllers in `ns` and do what their script does
 /// (read ConfigMaps, write events), nothing more; in particular, no `log` subresource.
 async fn author(ns: &str) -> String {
-    let user = format!("author-{ns}");
+    author_named(ns, "author").await
+}
+
+/// [`author`] under the name `who-NS`.
+async fn author_named(ns: &str, who: &str) -> String {
+    let user = format!("{who}-{ns}");
     grant(
         ns,
         &user,
-        "author",
+        who,
         json!([
             {"apiGroups": ["starkite.io"], "resources": ["starlarkcontrollers"], "verbs": ["*"]},
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
@@ -234,7 +239,45 @@ async fn an_author_follows_their_controller_and_is_refused_for_others() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("top level here"));
 
-    // The follower ends once its controller is gone.
+    // Another author takes the controller over (an edit re-signed as them): the first
+    // author's follower ends, the first author may no longer read it, and the new
+    // author reads a journal of their own, without the first one's lines.
+    let second = author_named(ns, "second").await;
+    let edited = slc(
+        ns,
+        "talker",
+        &TALKER.replace("top level here", "second top level"),
+    );
+    let out = apply_as(&second, &edited).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        follow.wait(T).await.success(),
+        "the first author's follower ends"
+    );
+    let theirs = wait_for("the second author's journal", T, || async {
+        let out = kite_output(&["logs", "slc/talker", "-n", ns, "--as", &second], T).await;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("second top level").then_some(text)
+    })
+    .await;
+    // (It reconciles the same ConfigMaps again, so only the first top level's line
+    // tells the two journals apart.)
+    assert!(!theirs.contains("top level here"), "{theirs}");
+    let out = kite_output(&["logs", "slc/talker", "-n", ns, "--as", &user], T).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the first author is refused now"
+    );
+    assert!(out.stdout.is_empty());
+
+    // A follower ends once its controller is gone.
+    let mut follow = Kite::spawn(&["logs", "slc/talker", "-n", ns, "-f", "--as", &second]);
+    follow.wait_stdout("second top level", T).await;
     kubectl_ok(&["delete", "slc", "talker", "-n", ns]).await;
     assert!(follow.wait(T).await.success());
 

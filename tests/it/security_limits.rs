@@ -306,3 +306,60 @@ async fn a_related_map_reaches_no_other_namespace() {
         assert!(!text.contains(victim), "{text}");
     }
 }
+
+/// Class 9: a resource that leaves the operator's watch without a last reconcile
+/// (relabelled out of `--selector`) does not go on running with its grants: within the
+/// re-check period its controller stops and its generated identity goes.
+#[tokio::test]
+async fn a_resource_that_leaves_the_watch_stops_its_controller() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-leaves").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(CEILING).await;
+    let label = format!("kite-test={ns}");
+    let op = Operator::start_with(
+        ns,
+        &ceiling,
+        &["--selector", &label, "--recheck-period", "3s"],
+    )
+    .await;
+    let mut obj = slc(ns, "leaver", json!({"script": READER}));
+    obj["metadata"]["labels"] = json!({"kite-test": ns});
+    let out = kubectl_stdin(&["apply", "-f", "-"], &obj.to_string()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_condition(ns, "leaver", "Ready", "True", T).await;
+    let sa = status(ns, "leaver").await["serviceAccount"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!sa.is_empty());
+    wait_until("the controller running", T, || async {
+        op.metrics().await.contains("kite_operator_controllers 1")
+    })
+    .await;
+    kubectl_ok(&[
+        "label",
+        "slc",
+        "leaver",
+        "-n",
+        ns,
+        "kite-test=elsewhere",
+        "--overwrite",
+    ])
+    .await;
+    wait_until("the controller stopped", T, || async {
+        op.metrics().await.contains("kite_operator_controllers 0")
+    })
+    .await;
+    wait_until("its ServiceAccount gone", T, || async {
+        !kubectl(&["get", "serviceaccount", &sa, "-n", ns])
+            .await
+            .status
+            .success()
+    })
+    .await;
+}

@@ -24,6 +24,8 @@ pub struct State {
     pub client: kube::Client,
     pub registry: Arc<Registry>,
     pub front_proxy: FrontProxy,
+    /// Who follows logs now (each holds a connection while it does).
+    pub followers: Arc<super::followers::Followers>,
     /// With `--shards`: how to reach the replica that runs a controller.
     pub forward: Option<super::forward::Forward>,
 }
@@ -67,6 +69,17 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
             "no user named by the front proxy",
         );
     };
+    let query = Query::parse(req.uri().query().unwrap_or_default());
+    // A follower's place is taken before anything else: forwarded or not, it holds a
+    // connection for as long as it follows.
+    let slot = if query.follow {
+        match state.followers.enter(&caller.username) {
+            Ok(slot) => Some(slot),
+            Err(why) => return status(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", &why),
+        }
+    } else {
+        None
+    };
     let found = state.registry.log_of(&target.key);
     if found.is_none()
         && !req.headers().contains_key(super::forward::FORWARDED)
@@ -76,7 +89,13 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         return match owner {
             // The replica that runs it decides who may read it (its author, say).
             super::forward::Owner::At(address) => match forward.send(&address, &req).await {
-                Ok(answer) => answer.map(BodyExt::boxed),
+                Ok(answer) => answer.map(|body| {
+                    // The slot goes when the stream does.
+                    BodyExt::boxed(body.map_frame(move |frame| {
+                        let _held = &slot;
+                        frame
+                    }))
+                }),
                 Err(e) => status(
                     StatusCode::BAD_GATEWAY,
                     "BadGateway",
@@ -107,13 +126,12 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         );
         return status(StatusCode::NOT_FOUND, "NotFound", &message);
     };
-    let query = Query::parse(req.uri().query().unwrap_or_default());
     let first = journal.read(0, query.since, query.tail);
     if !query.follow {
         let text: String = first.iter().map(|e| query.line(e)).collect();
         return full(StatusCode::OK, "text/plain; charset=utf-8", &text);
     }
-    follow(state, target.key, journal, first, query)
+    follow(state, target.key, journal, first, query, slot)
 }
 
 /// Streams `first`, then every entry added, until the controller is gone or the
@@ -124,6 +142,7 @@ fn follow(
     journal: Arc<Journal>,
     first: Vec<Entry>,
     query: Query,
+    slot: Option<super::followers::Slot>,
 ) -> Response<Body> {
     let after = first.last().map_or(
         journal.read(0, None, None).last().map_or(0, |e| e.seq),
@@ -157,7 +176,11 @@ fn follow(
     });
     let stream = futures::stream::once(async move { Bytes::from(head) })
         .chain(rest)
-        .map(|b| Ok::<_, Infallible>(Frame::data(b)));
+        .map(move |b| {
+            // The follower's place goes when the stream does.
+            let _held = &slot;
+            Ok::<_, Infallible>(Frame::data(b))
+        });
     Response::builder()
         .status(StatusCode::OK)
         .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
@@ -187,13 +210,11 @@ async fn may_read(
     client: &kube::Client,
     caller: &Author,
     target: &Target,
-    found: Option<&(
-        Arc<Journal>,
-        Option<Arc<crate::operator::registry::Authority>>,
-    )>,
+    found: Option<&(Arc<Journal>, String)>,
 ) -> Result<bool, String> {
-    let author = found.and_then(|(_, a)| a.as_ref()).map(|a| &a.author);
-    if author.is_some_and(|a| a.username == caller.username) {
+    // The author of what wrote this journal: a journal is never shared between two
+    // authors (registry::Era).
+    if found.is_some_and(|(_, author)| !author.is_empty() && *author == caller.username) {
         return Ok(true);
     }
     let permission = Permission {

@@ -185,11 +185,28 @@ pub fn first_certificate(pem: &str) -> Result<Vec<u8>> {
         .ok_or_else(|| Error::Tls("the serving certificate has no CERTIFICATE block".into()))
 }
 
-/// An extra header's key as the proxy escapes it (`%2F` for `/`, and so on).
+/// An extra header's key as the proxy escapes it (`%2F` for `/`, as Go's
+/// `url.PathEscape`; a `+` stays a `+`).
 fn percent_decode(s: &str) -> String {
-    form_urlencoded::parse(format!("k={s}").as_bytes())
-        .next()
-        .map_or_else(|| s.to_owned(), |(_, v)| v.into_owned())
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(Some(h)), Some(Some(l))) = (
+                bytes.get(i + 1).map(|b| hex(*b)),
+                bytes.get(i + 2).map(|b| hex(*b)),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -225,11 +242,11 @@ mod tests {
         h.insert("x-remote-user", "alice".parse().unwrap());
         h.append("x-remote-group", "dev".parse().unwrap());
         h.append("x-remote-group", "system:authenticated".parse().unwrap());
-        h.insert("x-remote-extra-scopes%2Fa", "x".parse().unwrap());
+        h.insert("x-remote-extra-scopes%2Fa+b", "x".parse().unwrap());
         let a = proxy().caller(&h).unwrap();
         assert_eq!(a.username, "alice");
         assert_eq!(a.groups, ["dev", "system:authenticated"]);
-        assert_eq!(a.extra["scopes/a"], ["x"]);
+        assert_eq!(a.extra["scopes/a+b"], ["x"]);
         assert!(proxy().caller(&hyper::HeaderMap::new()).is_none());
     }
 
