@@ -463,7 +463,11 @@ async fn every(
             () = tokio::time::sleep(period.mul_f64(jitter)) => {}
         }
         if shared.store.is_synced() {
-            f(&shared);
+            // A walk over every cached object (tens of thousands, for a poll of a big
+            // namespace) is blocking work: off the runtime's threads, which every
+            // controller's watches and the operator's probes share.
+            let shared = shared.clone();
+            let _ = tokio::task::spawn_blocking(move || f(&shared)).await;
         }
     }
 }

@@ -73,7 +73,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
     // A follower's place is taken before anything else: forwarded or not, it holds a
     // connection for as long as it follows.
     let slot = if query.follow {
-        match state.followers.enter(&caller.username) {
+        match state.followers.enter(&caller.username, &target.key.0) {
             Ok(slot) => Some(slot),
             Err(why) => return status(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", &why),
         }
