@@ -115,7 +115,9 @@ pub async fn logs(
     // The API server's front proxy, and the other replicas forwarding to this one
     // (each presents the operator's own certificate).
     let acceptor = front_proxy.acceptor(&serving.cert, &serving.key, &serving.ca)?;
-    let own = front_proxy::first_certificate(&serving.cert)?;
+    // A replica presents a certificate the operator's CA signed for the operator's
+    // name: ours, or a renewal of it (replicas may hold different ones for a while).
+    let own = front_proxy::common_name(&front_proxy::first_certificate(&serving.cert)?);
     let state = Arc::new(api::State {
         client: client.clone(),
         registry,
@@ -134,10 +136,11 @@ pub async fn logs(
                 .await
                 .ok()?
                 .ok()?;
-            // The handshake verified the chain; the name is the API server's own
-            // check on top, and a replica presents exactly our certificate.
+            // The handshake verified the chain (the front proxy's CA or ours); the
+            // name is the API server's own check on top, or the operator's.
             let peer = tls.get_ref().1.peer_certificates()?.first()?.to_vec();
-            (peer == own || front_proxy.allows(&peer)).then_some(tls)
+            let replica = own.is_some() && front_proxy::common_name(&peer) == own;
+            (replica || front_proxy.allows(&peer)).then_some(tls)
         }
     };
     let handler = move |req| api::handle(state.clone(), req);

@@ -124,18 +124,7 @@ impl FrontProxy {
         if self.allowed_names.is_empty() {
             return true;
         }
-        let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
-            return false;
-        };
-        let Some(cn) = cert
-            .subject()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-        else {
-            return false;
-        };
-        self.allowed_names.iter().any(|n| *n == cn)
+        common_name(der).is_some_and(|cn| self.allowed_names.contains(&cn))
     }
 
     /// The caller the proxy names (None: no user header, so not a proxied request).
@@ -171,6 +160,13 @@ impl FrontProxy {
             extra,
         })
     }
+}
+
+/// The common name of the certificate `der`.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
 }
 
 /// The DER of the first certificate in `pem`.
@@ -258,6 +254,11 @@ mod tests {
             p.distinguished_name.push(rcgen::DnType::CommonName, cn);
             p.self_signed(&key).unwrap().der().to_vec()
         };
+        assert_eq!(
+            common_name(&issued("kite-operator-webhook")).as_deref(),
+            Some("kite-operator-webhook")
+        );
+        assert_eq!(common_name(b"not a certificate"), None);
         assert!(proxy().allows(&issued("front-proxy-client")));
         assert!(!proxy().allows(&issued("someone-else")));
         assert!(!proxy().allows(b"not a certificate"));
