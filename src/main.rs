@@ -82,11 +82,7 @@ fn logs(args: kite::cli::LogsArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
-        let kube_opts = KubeOptions {
-            kubeconfig: args.cluster.kubeconfig.clone(),
-            context: args.cluster.context.clone(),
-            dry_run: false,
-        };
+        let kube_opts = kube_options(&args.cluster, false);
         let (_, mut config) = kite::connect_config(&kube_opts).await?;
         // A followed log may be quiet for long: no read timeout.
         config.read_timeout = None;
@@ -119,17 +115,22 @@ fn logs(args: kite::cli::LogsArgs) -> ExitCode {
     }
 }
 
+/// The cluster a command talks to, from its `--kubeconfig` and `--context`.
+fn kube_options(cluster: &kite::cli::ClusterArgs, dry_run: bool) -> KubeOptions {
+    KubeOptions {
+        kubeconfig: cluster.kubeconfig.clone(),
+        context: cluster.context.clone(),
+        dry_run,
+    }
+}
+
 fn operator(args: OperatorArgs) -> ExitCode {
     init_logging(args.log.log_format, args.log.verbose);
     let Some(runtime) = runtime() else {
         return ExitCode::FAILURE;
     };
     let result = runtime.block_on(async {
-        let kube_opts = KubeOptions {
-            kubeconfig: args.cluster.kubeconfig.clone(),
-            context: args.cluster.context.clone(),
-            dry_run: false,
-        };
+        let kube_opts = kube_options(&args.cluster, false);
         let (client, _) = kite::connect_config(&kube_opts).await?;
         let lease_namespace = args.leader_election.then(|| {
             args.leader_election_namespace
@@ -272,11 +273,7 @@ fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<kite::Inf
         catalog.add_crd_file(crd)?;
     }
     if !args.offline {
-        let kube = KubeOptions {
-            kubeconfig: args.cluster.kubeconfig.clone(),
-            context: args.cluster.context.clone(),
-            dry_run: false,
-        };
+        let kube = kube_options(&args.cluster, false);
         catalog.add_discovered(kite::discover(&kube));
     }
     Ok(kite::infer(script, catalog, &vars, &args.rules)?)
@@ -317,11 +314,7 @@ fn run(args: RunArgs) -> ExitCode {
     let Some(runtime) = runtime() else {
         return ExitCode::FAILURE;
     };
-    let kube = KubeOptions {
-        kubeconfig: args.cluster.kubeconfig,
-        context: args.cluster.context,
-        dry_run: args.dry_run,
-    };
+    let kube = kube_options(&args.cluster, args.dry_run);
     let mut host = Host::new(library(), vars, permissions, runtime.handle().clone()).with(kube);
     host.limits.memory = (args.script_memory as usize) << 20;
     let host = Arc::new(host);
@@ -397,11 +390,7 @@ fn dev(args: kite::cli::DevArgs) -> ExitCode {
         vars: run.vars,
         var_files: run.var_files,
         permissions: run.permissions.resolve(),
-        kube: KubeOptions {
-            kubeconfig: run.cluster.kubeconfig,
-            context: run.cluster.context,
-            dry_run: run.dry_run,
-        },
+        kube: kube_options(&run.cluster, run.dry_run),
         memory: (run.script_memory as usize) << 20,
         handler_budget: run.handler_timeout,
         grace: run.grace_period,
@@ -434,11 +423,7 @@ fn test(args: TestArgs) -> ExitCode {
         permissions: args.permissions.resolve(),
         vars: args.vars,
         var_files: args.var_files,
-        kube: KubeOptions {
-            kubeconfig: args.cluster.kubeconfig,
-            context: args.cluster.context,
-            dry_run: false,
-        },
+        kube: kube_options(&args.cluster, false),
         json: args.json,
         junit: args.junit,
         verbose: args.verbose,

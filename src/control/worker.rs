@@ -219,7 +219,10 @@ pub(super) fn process(
         return None;
     }
     let start = Instant::now();
-    crate::k8s::write_log::noting();
+    // Only a controller with a journal names its writes (nothing is noted otherwise).
+    if shared.host.printer.journal().is_some() {
+        crate::k8s::write_log::noting();
+    }
     let trigger = level.unwrap_or("event");
     let mut result: Result<Option<Outcome>, Error> = Ok(None);
     let mut events = pending.events;

@@ -52,9 +52,9 @@ fn slc(ns: &str, name: &str, script: &str) -> serde_json::Value {
 /// The one APIService v1alpha1.logs.starkite.io a cluster can have: held by one test
 /// at a time, and removed when it ends, however it ends (an APIService nobody serves
 /// makes discovery fail, and namespaces then cannot finish deleting).
-struct LogsApi(
-    #[allow(dead_code, reason = "held for its drop")] tokio::sync::MutexGuard<'static, ()>,
-);
+struct LogsApi {
+    _held: tokio::sync::MutexGuard<'static, ()>,
+}
 
 impl LogsApi {
     async fn take() -> Self {
@@ -62,7 +62,9 @@ impl LogsApi {
         install_starlarkcontroller_crd().await;
         let access = repo_root().join("config/rbac/logs_access.yaml");
         kubectl_ok(&["apply", "-f", &access.display().to_string()]).await;
-        LogsApi(HELD.lock().await)
+        LogsApi {
+            _held: HELD.lock().await,
+        }
     }
 }
 
