@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -77,6 +77,9 @@ impl Change {
 #[derive(Default)]
 pub struct Store {
     objects: RwLock<HashMap<Key, Arc<Json>>>,
+    /// What the cached objects take, as [`size_of`] estimates them: charged to the
+    /// namespaces of the subscribers when the operator hosts them.
+    bytes: AtomicUsize,
     synced: AtomicBool,
     /// Unix millis of the last event or list, to tell a stalled watch.
     last_activity_ms: AtomicU64,
@@ -109,6 +112,11 @@ impl Store {
             .collect()
     }
 
+    /// What the cached objects take in memory (an estimate, see [`size_of`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
     /// True once the first list has been fully received.
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
@@ -126,12 +134,19 @@ impl Store {
 
     fn upsert(&self, obj: Json) -> Option<Change> {
         let key = Key::of(&obj)?;
+        let size = size_of(&obj);
         let new = Arc::new(obj);
         let mut map = self
             .objects
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match map.insert(key, new.clone()) {
+        let old = map.insert(key, new.clone());
+        // Under the map's lock, so the count never drifts from what is cached.
+        self.bytes.fetch_add(size, Ordering::Relaxed);
+        if let Some(old) = &old {
+            self.bytes.fetch_sub(size_of(old), Ordering::Relaxed);
+        }
+        match old {
             None => Some(Change::Added(new)),
             // A re-list returns unchanged objects; they are not changes.
             Some(old) if rv(&old) == rv(&new) => None,
@@ -145,8 +160,29 @@ impl Store {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key);
+        if let Some(c) = &cached {
+            self.bytes.fetch_sub(size_of(c), Ordering::Relaxed);
+        }
         let obj = last.map(Arc::new).or(cached)?;
         Some(Change::Deleted(obj))
+    }
+}
+
+/// About what `json` takes in memory: each value's slot, each string's and key's bytes,
+/// and each map entry's share of its table. An estimate (the allocator rounds up), but
+/// one that grows with the object, which is what a charge needs.
+pub fn size_of(json: &Json) -> usize {
+    const SLOT: usize = std::mem::size_of::<Json>();
+    match json {
+        Json::String(s) => SLOT + s.len(),
+        Json::Array(items) => SLOT + items.iter().map(size_of).sum::<usize>(),
+        Json::Object(map) => {
+            SLOT + map
+                .iter()
+                .map(|(k, v)| 3 * SLOT + k.len() + size_of(v))
+                .sum::<usize>()
+        }
+        Json::Null | Json::Bool(_) | Json::Number(_) => SLOT,
     }
 }
 
@@ -479,6 +515,29 @@ mod tests {
 
     fn obj(name: &str, rv: &str) -> Json {
         json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}})
+    }
+
+    #[test]
+    fn the_store_counts_what_it_caches() {
+        let store = Store::default();
+        let big = |rv: &str, n: usize| {
+            json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv},
+                   "data": {"k": "x".repeat(n)}})
+        };
+        store.upsert(big("1", 100_000));
+        let first = store.bytes();
+        assert!((100_000..103_000).contains(&first), "{first}");
+        store.upsert(big("2", 10));
+        assert!(
+            store.bytes() < 2000,
+            "a replaced object gives its bytes back: {}",
+            store.bytes()
+        );
+        store.upsert(obj("b", "1"));
+        store.remove(&Key::of(&big("3", 0)).unwrap(), None);
+        assert_eq!(store.bytes(), size_of(&obj("b", "1")));
+        store.remove(&Key::of(&obj("b", "1")).unwrap(), None);
+        assert_eq!(store.bytes(), 0);
     }
 
     #[test]

@@ -84,6 +84,17 @@ pub struct Want<'a> {
 type ChangeFn = Arc<dyn Fn(Change) + Send + Sync>;
 type RestartFn = Arc<dyn Fn() + Send + Sync>;
 
+/// One subscription of an informer, and whose it is.
+struct Subscriber {
+    id: u64,
+    /// The [`Access`] that made it: one controller, however many subscriptions it has.
+    access: u64,
+    /// Whom its cache is charged to (the operator's hosted controllers: their namespace).
+    group: Option<Arc<str>>,
+    on_change: ChangeFn,
+    on_restart: RestartFn,
+}
+
 /// The subscribers of one informer. A change goes to the subscribers listed when it is
 /// delivered, called outside the lock (a callback may drop a subscription). A late
 /// subscriber is replayed the cache under the lock and listed after it: a change it is
@@ -91,26 +102,26 @@ type RestartFn = Arc<dyn Fn() + Send + Sync>;
 /// the cache before it delivers.
 #[derive(Default)]
 struct Fanout {
-    subscribers: Mutex<Vec<(u64, ChangeFn, RestartFn)>>,
+    subscribers: Mutex<Vec<Subscriber>>,
     next: AtomicU64,
 }
 
 impl Fanout {
     fn deliver(&self, change: &Change) {
-        let listed: Vec<ChangeFn> = self.lock().iter().map(|(_, f, _)| f.clone()).collect();
+        let listed: Vec<ChangeFn> = self.lock().iter().map(|s| s.on_change.clone()).collect();
         for on_change in listed {
             on_change(change.clone());
         }
     }
 
     fn restarted(&self) {
-        let listed: Vec<RestartFn> = self.lock().iter().map(|(_, _, f)| f.clone()).collect();
+        let listed: Vec<RestartFn> = self.lock().iter().map(|s| s.on_restart.clone()).collect();
         for on_restart in listed {
             on_restart();
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, ChangeFn, RestartFn)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscriber>> {
         self.subscribers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -151,12 +162,16 @@ impl Informers {
         })
     }
 
-    /// How subscriber `user` (the identity its session acts as) reaches this registry.
-    pub fn access(self: &Arc<Self>, user: Option<String>) -> Access {
+    /// How subscriber `user` (the identity its session acts as) reaches this registry;
+    /// the caches it subscribes to are charged to `group` ([`Informers::shares`]).
+    pub fn access(self: &Arc<Self>, user: Option<String>, group: Option<&str>) -> Access {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         Access {
             informers: self.clone(),
             user,
             admitted: Arc::default(),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            group: group.map(Arc::from),
         }
     }
 
@@ -187,6 +202,37 @@ impl Informers {
         {
             t.abort();
         }
+    }
+
+    /// Each subscriber's share of the caches it subscribes to, in bytes, by
+    /// [`Access::id`]: each cache is split evenly between the subscribers of one group
+    /// that use it, so a group pays for each cache once, however many of its
+    /// controllers share it, and in full for every cache it alone makes the process
+    /// keep (a distinct selector is a copy). One pass over every subscription.
+    pub fn shares(&self) -> HashMap<u64, usize> {
+        let live: Vec<Arc<Entry>> = self
+            .lock_entries()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let mut shares: HashMap<u64, usize> = HashMap::new();
+        for entry in live {
+            let bytes = entry.store.bytes();
+            let mut groups: HashMap<Option<Arc<str>>, Vec<u64>> = HashMap::new();
+            for s in entry.fanout.lock().iter() {
+                groups.entry(s.group.clone()).or_default().push(s.access);
+            }
+            for mut accesses in groups.into_values() {
+                accesses.sort_unstable();
+                accesses.dedup();
+                let each = bytes / accesses.len().max(1);
+                for a in accesses {
+                    let share = shares.entry(a).or_default();
+                    *share = share.saturating_add(each);
+                }
+            }
+        }
+        shares
     }
 
     fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, Weak<Entry>>> {
@@ -244,12 +290,15 @@ pub struct Access {
     user: Option<String>,
     /// What the gate let this subscriber read: asked again by [`Access::reauthorize`].
     admitted: Arc<Mutex<Vec<Read>>>,
+    /// Tells this subscriber's subscriptions from others' (clones are one subscriber).
+    id: u64,
+    group: Option<Arc<str>>,
 }
 
 impl Access {
     /// A registry of one's own, with no gate: informers run with the subscriber's client.
     pub fn private() -> Self {
-        Informers::new(tokio::runtime::Handle::current(), None).access(None)
+        Informers::new(tokio::runtime::Handle::current(), None).access(None, None)
     }
 
     /// The registry.
@@ -294,7 +343,15 @@ impl Access {
         };
         Ok(Opened {
             entry: self.informers.entry(scope, client, want),
+            access: self.id,
+            group: self.group.clone(),
         })
+    }
+
+    /// Tells this subscriber from others in [`Informers::shares`] (its clones are the
+    /// same subscriber).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -323,6 +380,8 @@ impl Access {
 /// An informer a controller may subscribe to.
 pub struct Opened {
     entry: Arc<Entry>,
+    access: u64,
+    group: Option<Arc<str>>,
 }
 
 impl Opened {
@@ -346,7 +405,13 @@ impl Opened {
             for obj in self.entry.store.objects() {
                 on_change(Change::Added(obj));
             }
-            subscribers.push((id, Arc::new(on_change), Arc::new(on_restart)));
+            subscribers.push(Subscriber {
+                id,
+                access: self.access,
+                group: self.group,
+                on_change: Arc::new(on_change),
+                on_restart: Arc::new(on_restart),
+            });
         }
         Subscription {
             entry: self.entry,
@@ -364,7 +429,7 @@ pub struct Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.entry.fanout.lock().retain(|(id, _, _)| *id != self.id);
+        self.entry.fanout.lock().retain(|s| s.id != self.id);
     }
 }
 
@@ -535,7 +600,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_subscriber_starts_nothing() {
         let informers = Informers::new(tokio::runtime::Handle::current(), Some(Arc::new(Refusing)));
-        let access = informers.access(Some("system:serviceaccount:t:x".into()));
+        let access = informers.access(Some("system:serviceaccount:t:x".into()), Some("t"));
         let err = access
             .open(&session(), &want(&configmaps(), None))
             .await
@@ -574,7 +639,7 @@ mod tests {
     async fn reauthorizing_asks_again_about_what_was_admitted() {
         let gate = Arc::new(Toggle(true.into()));
         let informers = Informers::new(tokio::runtime::Handle::current(), Some(gate.clone()));
-        let access = informers.access(Some("robot".into()));
+        let access = informers.access(Some("robot".into()), Some("t"));
         let _sub = access
             .open(&session(), &want(&configmaps(), None))
             .await

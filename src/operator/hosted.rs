@@ -1,7 +1,7 @@
 //! One StarlarkController's running controller: its script evaluated under its own
 //! identity, with the resource's overrides, started in-process and stoppable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,6 +78,10 @@ pub struct Plan {
     pub quota: Arc<super::quota::Quota>,
     /// Where its lines and reconciles are kept for `kite logs`.
     pub journal: Arc<crate::script::journal::Journal>,
+    /// What its watches' caches held when it was last stopped for holding too much
+    /// (see [`Hosted::recharge`]), charged from the start so that it is refused before
+    /// its caches fill again.
+    pub reserve: usize,
 }
 
 /// A running hosted controller.
@@ -88,7 +92,43 @@ pub struct Hosted {
     /// Options the operator ignored, for status (health_port, leader_election).
     pub ignored: Vec<String>,
     /// The memory it keeps, charged to its namespace until it is dropped.
-    _charge: super::quota::Charge,
+    charge: super::quota::Charge,
+    /// What its top level left (the part of the charge that does not change).
+    kept: usize,
+    /// Its way into the shared informers, whose caches it is charged a share of.
+    access: crate::control::informers::Access,
+}
+
+impl Hosted {
+    /// Charges what the controller keeps now: what its top level left plus its share of
+    /// the caches of what it watches (`shares`, from [`Informers::shares`]). A tenant's controllers
+    /// watching with many distinct selectors make the operator keep a copy each; this
+    /// counts them against `--namespace-memory` like everything else they keep.
+    ///
+    /// # Errors
+    /// The namespace would keep more than its limit: the message names the caches'
+    /// share; the caller stops the controller. Returns the share that did not fit.
+    ///
+    /// [`Informers::shares`]: crate::control::informers::Informers::shares
+    pub fn recharge(&mut self, shares: &HashMap<u64, usize>) -> Result<(), (usize, String)> {
+        let cached = shares.get(&self.access.id()).copied().unwrap_or(0);
+        self.charge
+            .resize(self.kept.saturating_add(cached))
+            .map_err(|e| {
+                (
+                    cached,
+                    format!(
+                        "the caches of what it watches grew to {:.1} MiB: {e}",
+                        mib(cached)
+                    ),
+                )
+            })
+    }
+}
+
+#[allow(clippy::cast_precision_loss)] // a message: one decimal is all it shows
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// Evaluates the script as `client`'s identity and starts its controller.
@@ -173,7 +213,10 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     // heap, and the Rust-side parts of its values (a dict's table), which the heap's
     // own count leaves out.
     let kept = kept.max(module.frozen_heap().allocated_bytes());
-    let charge = plan.quota.charge(&plan.namespace, kept)?;
+    let charge = plan
+        .quota
+        .charge(&plan.namespace, kept.saturating_add(plan.reserve))?;
+    let access = plan.informers.clone();
     let request = ControlRequest::from_handoff(handoff).map_err(Error::Evaluate)?;
     let handlers = Handlers::of_script(module, positions).map_err(Error::Evaluate)?;
     let mut spec = request.spec;
@@ -214,7 +257,9 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         controller,
         watching,
         ignored,
-        _charge: charge,
+        charge,
+        kept,
+        access,
     })
 }
 

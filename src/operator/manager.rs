@@ -398,6 +398,14 @@ pub async fn run(
         opts.status_period,
         stopped(stop_rx.clone()),
     ));
+    // Controllers stopped for what their caches hold, to be decided again.
+    let (audited, _) = tokio::sync::broadcast::channel(1024);
+    let auditor = tokio::spawn(super::caches::caches(
+        registry.clone(),
+        informers.clone(),
+        audited.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let lost = Arc::new(AtomicBool::new(false));
     let (lost_flag, mut lead_watch, stop_for_lead) =
         (lost.clone(), leading.clone(), stop_rx.clone());
@@ -420,7 +428,7 @@ pub async fn run(
         &client,
         &opts,
         &tenants,
-        &registry,
+        (&registry, &audited),
         &ctx,
         &taps,
         end.clone(),
@@ -432,7 +440,7 @@ pub async fn run(
                 &client,
                 &opts,
                 &tenants,
-                &registry,
+                (&registry, &audited),
                 &ctx,
                 &taps,
                 end.clone(),
@@ -478,6 +486,7 @@ pub async fn run(
     let _ = tokio::task::spawn_blocking(move || pool.shut_down()).await;
     informers.join(Duration::from_secs(5)).await;
     flusher.abort();
+    auditor.abort();
     let _ = release_tx.send(true);
     if let Some(elector) = elector {
         let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;
@@ -493,7 +502,7 @@ async fn controller<K: Tenant>(
     client: &kube::Client,
     opts: &Options,
     tenants: &watcher::Config,
-    registry: &Arc<Registry>,
+    (registry, audited): (&Arc<Registry>, &tokio::sync::broadcast::Sender<Key>),
     ctx: &Arc<Context>,
     taps: &Taps,
     end: impl Future<Output = ()> + Send + Sync + 'static,
@@ -538,6 +547,18 @@ async fn controller<K: Tenant>(
                 generated::<K, ClusterRoleBinding>(registry.clone()),
             );
     }
+    // A controller the cache audit stopped: report it, and retry it later.
+    let stopped = futures::stream::unfold(audited.subscribe(), |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(key) => return Some((key, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .filter_map(|key| std::future::ready(object_ref::<K>(key)));
+    controller = controller.reconcile_on(stopped);
     if let Some(shards) = &ctx.shards {
         // The live replicas changed: every resource may have a new owner.
         let changes = futures::stream::unfold(shards.changes(), |mut rx| async move {

@@ -22,6 +22,7 @@ pub mod admission;
 pub mod approval;
 pub mod assessment;
 pub mod authority;
+pub mod caches;
 pub mod ceiling;
 pub mod certs;
 pub mod confinement;

@@ -13,7 +13,7 @@ pub const OVERHEAD: usize = 256 * 1024 + crate::script::journal::MAX_BYTES;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "the controller keeps {} MiB (its script's values after the top level, and kite's share), and namespace {namespace}'s other controllers keep {} MiB: over the operator's limit of {} MiB per namespace (--namespace-memory)",
+        "the controller keeps {} MiB (its script's values after the top level, kite's share, and the caches of what it watches), and namespace {namespace}'s other controllers keep {} MiB: over the operator's limit of {} MiB per namespace (--namespace-memory)",
         mib(*.wanted), mib(*.used), mib(*.limit)
     )]
     Charge {
@@ -90,6 +90,36 @@ impl Quota {
     }
 }
 
+impl Charge {
+    /// Makes the charge `bytes` (plus [`OVERHEAD`]): what the controller keeps now that
+    /// its caches have grown or shrunk.
+    ///
+    /// # Errors
+    /// [`Error::Charge`] when the namespace would keep more than the limit; the charge
+    /// is left as it was then.
+    pub fn resize(&mut self, bytes: usize) -> Result<()> {
+        let wanted = bytes.saturating_add(OVERHEAD);
+        let mut used = self
+            .quota
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = used.get(&self.namespace).copied().unwrap_or(0);
+        let others = now.saturating_sub(self.bytes);
+        if wanted > self.bytes && others.saturating_add(wanted) > self.quota.limit {
+            return Err(Error::Charge {
+                namespace: self.namespace.clone(),
+                wanted,
+                used: others,
+                limit: self.quota.limit,
+            });
+        }
+        used.insert(self.namespace.clone(), others.saturating_add(wanted));
+        self.bytes = wanted;
+        Ok(())
+    }
+}
+
 impl Drop for Charge {
     fn drop(&mut self) {
         let mut used = self
@@ -156,5 +186,25 @@ mod tests {
         let third = quota.charge("a", OVERHEAD * 3).unwrap();
         drop((first, third, other));
         assert_eq!(quota.used("a") + quota.used("b"), 0);
+    }
+
+    #[test]
+    fn a_charge_grows_only_within_the_limit_and_shrinks_freely() {
+        let quota = Quota::new(OVERHEAD * 10);
+        let mut grows = quota.charge("a", OVERHEAD).unwrap();
+        let _other = quota.charge("a", OVERHEAD * 3).unwrap();
+        grows.resize(OVERHEAD * 4).unwrap();
+        assert_eq!(quota.used("a"), OVERHEAD * 9);
+        let e = grows.resize(OVERHEAD * 6).unwrap_err().to_string();
+        assert!(e.contains("other controllers keep 2.0 MiB"), "{e}");
+        assert_eq!(
+            quota.used("a"),
+            OVERHEAD * 9,
+            "a refused resize keeps the old charge"
+        );
+        grows.resize(0).unwrap();
+        assert_eq!(quota.used("a"), OVERHEAD * 5);
+        drop(grows);
+        assert_eq!(quota.used("a"), OVERHEAD * 4);
     }
 }

@@ -414,12 +414,14 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         confined: K::CONFINED,
         lease: ctx.lease.clone(),
         pool: ctx.pool.clone(),
-        informers: ctx
-            .informers
-            .access(Some(identity::service_account_user(&home, &sa))),
+        informers: ctx.informers.access(
+            Some(identity::service_account_user(&home, &sa)),
+            Some(&home),
+        ),
         discovery: ctx.discovery.clone(),
         turns: ctx.turns.clone(),
         quota: ctx.quota.clone(),
+        reserve: ctx.registry.reserve(&d.key),
         journal: ctx.registry.journal(
             &d.key,
             &cr.uid().unwrap_or_default(),

@@ -41,7 +41,15 @@ pub struct Entry {
     /// RBAC lets read it): a new author, or a new object of the same name, starts a
     /// new one. Dropped when nothing runs.
     pub journal: Option<Era>,
+    /// What its caches held when it was stopped for it, and until when a new start is
+    /// charged that much from the outset ([`Registry::audit_caches`]).
+    pub reserve: Option<(usize, Instant)>,
 }
+
+/// How long a controller stopped for what its caches held is charged that much when it
+/// starts again: it is refused at once meanwhile, rather than let its caches fill again
+/// every retry. Afterwards it is given a fresh chance (the objects may be gone).
+pub const RESERVE_FOR: Duration = Duration::from_mins(10);
 
 /// One journal and whose it is.
 pub struct Era {
@@ -199,6 +207,45 @@ impl Registry {
         entry.hosted.as_ref()?;
         let era = entry.journal.as_ref()?;
         Some((era.journal.clone(), era.author.clone()))
+    }
+
+    /// Charges each running controller what it keeps now, its caches' share included
+    /// ([`Hosted::recharge`]); takes out the ones that no longer fit, with the message
+    /// saying why. The caller stops them and has them reconciled again, which refuses
+    /// them (reason `MemoryQuota`) until [`RESERVE_FOR`] has passed.
+    pub fn audit_caches(&self, shares: &HashMap<u64, usize>) -> Vec<(Key, Hosted, String)> {
+        let mut over = Vec::new();
+        let mut entries = self.lock();
+        for (key, entry) in entries.iter_mut() {
+            let Some(hosted) = entry.hosted.as_mut() else {
+                continue;
+            };
+            if let Err((cached, message)) = hosted.recharge(shares) {
+                entry.reserve = Some((cached, Instant::now() + RESERVE_FOR));
+                // Decided again at its next reconcile, not taken as still running.
+                entry.fingerprint = 0;
+                if let Some(h) = entry.hosted.take() {
+                    over.push((key.clone(), h, message));
+                }
+            }
+        }
+        over
+    }
+
+    /// What a start of `key` is charged for its caches from the outset (see
+    /// [`Registry::audit_caches`]).
+    pub fn reserve(&self, key: &Key) -> usize {
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(key) else {
+            return 0;
+        };
+        match entry.reserve {
+            Some((bytes, until)) if Instant::now() < until => bytes,
+            _ => {
+                entry.reserve = None;
+                0
+            }
+        }
     }
 
     pub fn take_hosted(&self, key: &Key) -> Option<Hosted> {

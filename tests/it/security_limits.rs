@@ -363,3 +363,111 @@ async fn a_resource_that_leaves_the_watch_stops_its_controller() {
     })
     .await;
 }
+
+/// Class 3 (memory), the shared informers' part: each distinct selector is a copy of
+/// the objects it matches in the operator's memory, charged to the namespace of the
+/// controllers that watch through it. A tenant's controllers that each watch its large
+/// ConfigMaps through a selector of their own keep no more than `--namespace-memory`:
+/// the ones past it are stopped, with the caches named, and stay refused.
+#[tokio::test]
+async fn the_caches_of_a_namespaces_watches_count_against_its_limit() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-caches").await;
+    let ns = ns.name.as_str();
+    let user = tenant(ns).await;
+    grant(
+        ns,
+        &user,
+        "configmap-reader",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    // Five ConfigMaps of 900 kB: about 4.3 MiB per copy.
+    for i in 0..5 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}"), "namespace": ns},
+            "data": {"blob": "x".repeat(900_000)}});
+        let out = kubectl_stdin(&["create", "-f", "-"], &cm.to_string()).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ceiling = Ceiling::new(CEILING).await;
+    let _op = Operator::start_with(
+        ns,
+        &ceiling,
+        &["--namespace", ns, "--namespace-memory", "24"],
+    )
+    .await;
+    // Six controllers, six selectors that all match every ConfigMap: six copies, about
+    // 26 MiB with kite's share, over 24.
+    let names: Vec<String> = (0..6).map(|i| format!("copy-{i}")).collect();
+    for name in &names {
+        let script = format!(
+            "def reconcile(cm):\n    pass\n\nk8s.control(\"configmaps\", reconcile = reconcile, labels = \"copy notin ({name})\")\n"
+        );
+        let out = apply_as(&user, &slc(ns, name, json!({"script": script}))).await;
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let reasons = |names: Vec<String>| async move {
+        let mut reasons = Vec::new();
+        for name in &names {
+            reasons.push(ready_reason(ns, name).await);
+        }
+        reasons
+    };
+    // Some are stopped once their caches fill; the rest fit the limit.
+    let (running, refused) = wait_for(
+        "the controllers past the limit stopped",
+        Duration::from_secs(60),
+        || async {
+            let reasons = reasons(names.clone()).await;
+            let running = reasons.iter().filter(|r| *r == "Running").count();
+            let refused = reasons.iter().filter(|r| *r == "MemoryQuota").count();
+            (running + refused == names.len() && refused >= 2).then_some((running, refused))
+        },
+    )
+    .await;
+    assert!(
+        (1..=4).contains(&running),
+        "{running} running, {refused} refused: each keeps a copy of about 4.3 MiB, so at most four fit 24 MiB"
+    );
+    let refused_name = {
+        let mut found = None;
+        for name in &names {
+            if ready_reason(ns, name).await == "MemoryQuota" {
+                found = Some(name.clone());
+            }
+        }
+        found.unwrap_or_default()
+    };
+    // The stop named the caches, in an event; the refusal that follows keeps the charge.
+    let events = kubectl_ok(&["get", "events", "-n", ns, "-o", "json"]).await;
+    assert!(
+        events.contains("over the operator's limit of 24.0 MiB per namespace (--namespace-memory)"),
+        "{events}"
+    );
+    // It is refused from the start now, charged what its caches held (a start without
+    // that would be charged about 0.5 MiB, fit, and fill its caches again).
+    let s = status(ns, &refused_name).await;
+    let m = condition(&s, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let kept: f64 = m
+        .split("the controller keeps ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no figure in {m}"));
+    assert!(
+        (4.0..6.0).contains(&kept) && m.contains("the caches of what it watches"),
+        "{m}"
+    );
+}
