@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build image cluster-build cluster-up cluster-down tools lint unit-test test demo fmt clean bench bench-operator chaos
+.PHONY: all build image cluster-build cluster-up cluster-down tools lint unit-test test demo fmt clean bench bench-operator chaos upstream-compat
 
 all: build
 
@@ -55,6 +55,12 @@ tools:
 test: cluster-up tools build lint
 	$(CARGO) test --locked --lib --bins --tests
 	target/debug/kite test examples/
+
+## Upstream Starkite's own tests/*_test.star under kite, from a checkout you give
+## (nothing is fetched): a table per file, checked against the README's.
+upstream-compat: build
+	@test -n "$(UPSTREAM)" || { echo "usage: make upstream-compat UPSTREAM=/path/to/starkite [WRITE=1]"; exit 2; }
+	python3 tests/upstream/compat.py --upstream "$(UPSTREAM)" --kite target/debug/kite $(if $(WRITE),--write)
 
 ## The seed's walkthrough: the max-replicas controller correcting a drifted deployment.
 demo: cluster-up build
