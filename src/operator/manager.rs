@@ -583,7 +583,7 @@ async fn controller<K: Tenant>(
                         gone.namespace.clone().unwrap_or_default(),
                         gone.name.clone(),
                     );
-                    reconciler::forget(&ctx, &key).await;
+                    reconciler::forget(&ctx, &key, gone.extra.uid.as_deref()).await;
                 }
             }
         })

@@ -503,8 +503,11 @@ async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
 /// its finalizer taken off by hand, or relabelled out of `--selector`): what it ran
 /// stops, and its grants go, as for a deletion. The controller learns of it when the
 /// resource's next requeue (at most `--recheck-period` away) finds it gone.
-pub async fn forget(ctx: &Context, key: &super::registry::Key) {
-    let Some((uid, hosted)) = ctx.registry.forget(key) else {
+///
+/// `uid`, when the requeue knew it, is the object that went: an entry that belongs to
+/// a new object of the same name (created in between) is left alone.
+pub async fn forget(ctx: &Context, key: &super::registry::Key, uid: Option<&str>) {
+    let Some((uid, hosted)) = ctx.registry.forget(key, uid) else {
         return;
     };
     tracing::info!(controller = %format!("{}/{}", key.0, key.1), "the resource is gone from the operator's watch; stopping its controller");

@@ -253,8 +253,17 @@ impl Registry {
     }
 
     /// Forgets `key`; returns its uid and controller, which the caller stops.
-    pub fn forget(&self, key: &Key) -> Option<(String, Option<Hosted>)> {
-        self.lock().remove(key).map(|e| (e.uid, e.hosted))
+    ///
+    /// With `uid`, only if the entry is that object's: a new object of the same name
+    /// keeps what it runs.
+    pub fn forget(&self, key: &Key, uid: Option<&str>) -> Option<(String, Option<Hosted>)> {
+        let mut entries = self.lock();
+        if let Some(uid) = uid
+            && entries.get(key).is_some_and(|e| e.uid != uid)
+        {
+            return None;
+        }
+        entries.remove(key).map(|e| (e.uid, e.hosted))
     }
 
     /// Forgets `key`; returns its controller, which the caller stops.
@@ -357,5 +366,31 @@ fn live(h: &Hosted) -> Live {
         last_error: latest.error,
         last_reconcile: latest.reconcile,
         recent: latest.recent.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A requeue of an object that went must not stop a new object of the same name
+    /// created in between (issue 26, round 8).
+    #[test]
+    fn forgetting_a_gone_object_leaves_a_new_one_of_the_same_name() {
+        let registry = Registry::default();
+        let key: Key = ("t".into(), "c".into());
+        registry.decide(key.clone(), "new-uid", 1, Outcome::default(), None, None);
+        assert!(registry.forget(&key, Some("old-uid")).is_none());
+        assert_eq!(
+            registry.fingerprint(&key),
+            Some(1),
+            "the new object's entry stays"
+        );
+        let (uid, _) = registry.forget(&key, Some("new-uid")).unwrap();
+        assert_eq!(uid, "new-uid");
+        assert_eq!(registry.fingerprint(&key), None);
+        // Without a uid (a requeue that did not know it), the entry goes.
+        registry.decide(key.clone(), "x", 1, Outcome::default(), None, None);
+        assert!(registry.forget(&key, None).is_some());
     }
 }
