@@ -98,6 +98,7 @@ pub use control::standalone::{Options as StandaloneOptions, own_namespace, run a
 pub use control::webhook::WebhookRequest;
 pub use control::webhook::run::run as run_webhook;
 pub use dev::{Options as DevOptions, run as run_dev};
+pub use k8s::recorder::flush_all as flush_events;
 pub use k8s::session::{KubeOptions, connect_config};
 pub use library::hosted::check as check_hosted;
 pub use library::library;

@@ -374,6 +374,8 @@ fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     };
+    // Events the script recorded are written in the background: wait for them.
+    runtime.block_on(kite::flush_events(std::time::Duration::from_secs(10)));
     drop(host);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     code

@@ -67,6 +67,9 @@ pub struct Config {
     pub informers: Option<Access>,
 }
 
+/// How long a stopping controller waits for its recorded Events to be written.
+const EVENT_FLUSH: Duration = Duration::from_secs(5);
+
 /// How long cancelled handlers get to unwind before the lease is released.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
@@ -415,6 +418,9 @@ impl Controller {
                 t.abort();
             }
         }
+        // The events its handlers recorded are written before the lease goes: the
+        // standby would otherwise count them again, or never see them.
+        shared.session.flush_events(EVENT_FLUSH).await;
         let _ = shutdown_tx.send(true);
         shared.watches.close();
         for t in tasks {
@@ -495,6 +501,7 @@ impl crate::http::Probe for ControllerProbe {
 
     fn metrics(&self) -> String {
         let mut scrape = Scrape::new();
+        scrape.events();
         scrape.controllers(vec![self.0.series(Vec::new())]);
         scrape.render()
     }

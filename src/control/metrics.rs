@@ -207,6 +207,23 @@ impl Scrape {
         self.registry.register(name, help, family);
     }
 
+    /// Adds the process's background Event writes that did not happen
+    /// (`crate::k8s::recorder`): dropped for a full queue, and failed.
+    pub fn events(&mut self) {
+        let dropped = ConstCounter::new(crate::k8s::recorder::dropped());
+        self.registry.register(
+            "kite_events_dropped",
+            "Events dropped because their identity's event queue was full",
+            dropped,
+        );
+        let failed = ConstCounter::new(crate::k8s::recorder::failed());
+        self.registry.register(
+            "kite_events_failed",
+            "Events whose background write failed (each is logged)",
+            failed,
+        );
+    }
+
     /// Adds a counter with one series per label set.
     pub fn labelled_counter(&mut self, name: &str, help: &str, series: Vec<(Labels, u64)>) {
         let family: Family<Labels, Counter> = Family::default();

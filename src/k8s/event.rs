@@ -49,11 +49,46 @@ fn now() -> String {
     format!("{:.0}", Timestamp::now())
 }
 
-/// Records (or aggregates) an event on `obj`. Returns the Event.
+/// An event checked and built, ready to be written now or by a [`Recorder`].
+///
+/// [`Recorder`]: super::recorder::Recorder
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The event's name: equal for identical events of one object.
+    pub name: String,
+    /// The object it is about (`namespace/kind/name/uid`): its events are written in
+    /// order.
+    pub object: String,
+    namespace: String,
+    /// The Event as it is created (count 1).
+    pub body: Json,
+}
+
+impl Prepared {
+    /// The event's reason, for messages.
+    pub fn reason(&self) -> &str {
+        self.body["reason"].as_str().unwrap_or_default()
+    }
+
+    /// About what it takes while it waits: its texts and names, and the rest of the
+    /// Event.
+    pub fn weight(&self) -> usize {
+        const REST: usize = 1024;
+        let text = |k: &str| self.body[k].as_str().map_or(0, str::len);
+        REST + text("message") + text("reason") + self.name.len() + self.object.len()
+    }
+
+    /// Takes the later time of an identical event merged into this one.
+    pub fn touch(&mut self, later: &Prepared) {
+        self.body["lastTimestamp"] = later.body["lastTimestamp"].clone();
+    }
+}
+
+/// Checks what the script asked for and builds the Event on `obj`.
 ///
 /// # Errors
-/// An object without kind or name, a bad type, or the API server's error.
-pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Result<Json> {
+/// An object without kind or name, a bad type or an empty reason.
+pub fn prepare(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Result<Prepared> {
     if !matches!(spec.type_, "Normal" | "Warning") {
         return Err(Error::Invalid(format!(
             "type must be \"Normal\" or \"Warning\", not {:?}",
@@ -75,7 +110,6 @@ pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Resu
     let uid = meta["uid"].as_str().unwrap_or_default();
     let event_name = event_name(name, uid, spec);
     let ts = now();
-    let api = events_api(session, namespace);
     let mut involved = json!({"apiVersion": obj["apiVersion"], "kind": kind, "name": name});
     for (k, v) in [
         ("namespace", obj_ns),
@@ -86,7 +120,7 @@ pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Resu
             involved[k] = json!(v);
         }
     }
-    let event = json!({
+    let body = json!({
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": event_name, "namespace": namespace},
@@ -101,8 +135,39 @@ pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Resu
         "lastTimestamp": ts,
         "count": 1,
     });
+    Ok(Prepared {
+        object: format!("{}/{kind}/{name}/{uid}", obj_ns.unwrap_or_default()),
+        name: event_name,
+        namespace: namespace.to_owned(),
+        body,
+    })
+}
+
+/// Records (or aggregates) an event on `obj` and waits for the write. Returns the
+/// Event.
+///
+/// # Errors
+/// As [`prepare`], or the API server's error.
+pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Result<Json> {
+    let prepared = prepare(session, obj, spec)?;
+    write(session, &prepared, 1).await
+}
+
+/// Writes `event` standing for `count` identical ones: created with that count, or an
+/// existing one's count raised by it. Returns the Event.
+///
+/// # Errors
+/// The API server's error.
+pub async fn write(session: &Session, event: &Prepared, count: i64) -> Result<Json> {
+    let api = events_api(session, &event.namespace);
+    let mut body = event.body.clone();
+    body["count"] = json!(count);
+    let ts = body["lastTimestamp"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let dry_run = session.dry_run;
-    let body = serde_json::to_vec(&event).map_err(Error::Encode)?;
+    let body = serde_json::to_vec(&body).map_err(Error::Encode)?;
     // Sent and decoded as JSON: an event per reconcile is common, so no typed detour.
     let request = kube::core::Request::new(api.resource_url())
         .create(
@@ -116,19 +181,28 @@ pub async fn record(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Resu
     match api.clone().into_client().request::<Json>(request).await {
         Ok(created) => Ok(created),
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            bump(&api, &event_name, &ts, dry_run).await
+            bump(&api, &event.name, &ts, count, dry_run).await
         }
         Err(e) => Err(e.into()),
     }
 }
 
-/// Counts an existing event once more. The resourceVersion precondition keeps two
+/// Counts an existing event `by` more. The resourceVersion precondition keeps two
 /// workers from losing a count; a conflict is retried a few times.
-async fn bump(api: &Api<DynamicObject>, name: &str, ts: &str, dry_run: bool) -> Result<Json> {
+async fn bump(
+    api: &Api<DynamicObject>,
+    name: &str,
+    ts: &str,
+    by: i64,
+    dry_run: bool,
+) -> Result<Json> {
     let mut attempt = 0;
     loop {
         let existing = api.get(name).await?;
-        let count = existing.data["count"].as_i64().unwrap_or(1) + 1;
+        let count = existing.data["count"]
+            .as_i64()
+            .unwrap_or(1)
+            .saturating_add(by);
         let patch = json!({
             "metadata": {"resourceVersion": existing.metadata.resource_version},
             "count": count,

@@ -18,6 +18,7 @@ pub mod ops;
 mod pod_calls;
 pub mod pods;
 pub mod portforward;
+pub mod recorder;
 pub mod revisions;
 pub mod rollout;
 pub mod selector;

@@ -322,6 +322,8 @@ pub(super) struct Call<'a> {
     pub(super) host: &'a Host,
     pub(super) session: Arc<Session>,
     pub(super) timeout: Duration,
+    /// A fake cluster (`k8s.fake`), in memory.
+    pub(super) offline: bool,
 }
 
 impl<'a> Call<'a> {
@@ -341,7 +343,8 @@ impl<'a> Call<'a> {
         let client =
             client_of(this).ok_or_else(|| anyhow::anyhow!("{full}: not called on a k8s client"))?;
         // A fake cluster (`k8s.fake`) is in memory: using it reaches nothing.
-        if !host.ext::<SessionCell>().is_offline(&client.key) {
+        let offline = host.ext::<SessionCell>().is_offline(&client.key);
+        if !offline {
             host.allow(&full, Access::K8s)?;
         }
         let timeout = match timeout.into_option() {
@@ -359,6 +362,7 @@ impl<'a> Call<'a> {
             host,
             session,
             timeout,
+            offline,
         })
     }
 

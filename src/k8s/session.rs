@@ -1,7 +1,7 @@
 //! A connection to one cluster: the client, its discovery cache and default namespace.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Derived sessions (the same connection, another namespace) a [`SessionCell`] keeps.
@@ -78,9 +78,41 @@ pub struct Session {
     /// name, as client-go's recorder does). A hosted script's events name the operator,
     /// never its host.
     pub instance: Option<String>,
+    /// The background writer of this identity's Events ([`Session::recorder`]), shared
+    /// with the sessions derived from it.
+    recorder: Arc<OnceLock<super::recorder::Recorder>>,
 }
 
 impl Session {
+    /// The background writer of this identity's Events, started on first use.
+    pub fn recorder(&self, runtime: &tokio::runtime::Handle) -> &super::recorder::Recorder {
+        self.recorder
+            .get_or_init(|| super::recorder::Recorder::start(self, runtime))
+    }
+
+    /// Waits (up to `wait`) for the Events recorded through this identity to be
+    /// written, if any were.
+    pub async fn flush_events(&self, wait: Duration) {
+        if let Some(r) = self.recorder.get() {
+            r.flush(wait).await;
+        }
+    }
+
+    /// The same identity for the recorder's own writer (which must not keep itself
+    /// alive through the session it writes with).
+    pub(super) fn without_recorder(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            streaming: self.streaming.clone(),
+            discovery: self.discovery.clone(),
+            namespace: self.namespace.clone(),
+            context: self.context.clone(),
+            dry_run: self.dry_run,
+            instance: self.instance.clone(),
+            recorder: Arc::default(),
+        }
+    }
+
     /// Connects with explicit settings, falling back to `defaults` (the command line).
     ///
     /// # Errors
@@ -103,6 +135,7 @@ impl Session {
             context,
             dry_run: defaults.dry_run,
             instance: None,
+            recorder: Arc::default(),
         })
     }
 
@@ -119,6 +152,7 @@ impl Session {
             context: self.context.clone(),
             dry_run: self.dry_run,
             instance: self.instance.clone(),
+            recorder: self.recorder.clone(),
         }
     }
 
@@ -136,6 +170,7 @@ impl Session {
             context: String::new(),
             dry_run,
             instance: None,
+            recorder: Arc::default(),
         }
     }
 }

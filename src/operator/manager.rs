@@ -485,6 +485,9 @@ pub async fn run(
     futures::future::join_all(hosted.into_iter().map(|h| h.controller.shutdown(grace))).await;
     let _ = tokio::task::spawn_blocking(move || pool.shut_down()).await;
     informers.join(Duration::from_secs(5)).await;
+    // Events of scripts' other identities (`k8s.config(kubeconfig=...)`), before the
+    // lease goes.
+    crate::k8s::recorder::flush_all(Duration::from_secs(5)).await;
     flusher.abort();
     auditor.abort();
     let _ = release_tx.send(true);
@@ -716,6 +719,7 @@ impl crate::http::Probe for Probe {
 
     fn metrics(&self) -> String {
         let mut scrape = Scrape::new();
+        scrape.events();
         let running = i64::try_from(self.registry.running()).unwrap_or(i64::MAX);
         scrape.gauge(
             "kite_operator_controllers",

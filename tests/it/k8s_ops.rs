@@ -308,3 +308,25 @@ async fn watch_lists_every_page_then_follows_changes() {
     assert!(stdout.contains("listed 150"), "{stdout}");
     assert!(stdout.contains("late arrived as ADDED"), "{stdout}");
 }
+
+/// Issue 28: `k8s.event` writes in the background, and nothing is lost when the run
+/// ends: every repeat is counted, whether it was merged while waiting or bumped after.
+#[tokio::test(flavor = "multi_thread")]
+async fn background_events_are_all_written_before_the_run_exits() {
+    let ns = TestNamespace::new("k8sevents").await;
+    let var = format!("namespace={}", ns.name);
+    let out = kite_script("events.star", std::slice::from_ref(&var)).await;
+    let stdout = assert_ok(&out);
+    assert!(stdout.contains("recorded 300 events"), "{stdout}");
+    let events = kubectl_ok(&["get", "events", "-n", &ns.name, "-o", "json"]).await;
+    let events: serde_json::Value = serde_json::from_str(&events).unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for e in events["items"].as_array().unwrap() {
+        if e["reason"] == "Noted" {
+            let message = e["message"].as_str().unwrap().to_owned();
+            *counts.entry(message).or_insert(0) += e["count"].as_i64().unwrap();
+        }
+    }
+    assert_eq!(counts.len(), 100, "{counts:?}");
+    assert!(counts.values().all(|c| *c == 3), "{counts:?}");
+}
