@@ -55,8 +55,8 @@ pub struct Builder {
 /// names does not exist for hosted scripts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
-    /// The Starlark language's own functions, `struct`, `map`, `filter`, `partial`,
-    /// `debug` and `set`: pure.
+    /// The Starlark language's own functions (`type` naming builtins as Go's Starlark
+    /// does), `struct`, `map`, `filter`, `partial`, `debug` and `set`: pure.
     Language,
     /// `print`, `fmt` and its `printf`/`println`/`sprintf` globals: text to the run's
     /// printer (a hosted controller's goes to the operator's log, tagged with it).
@@ -71,7 +71,8 @@ pub enum Capability {
     /// `var_str`, `var_int`, `var_bool`, `var_float`: the run's own variables.
     Vars,
     /// Files of this machine: `fs`, `hash.file`, `yaml.file`, `yaml.source`,
-    /// `template.file` (each also behind `--allow-fs`).
+    /// `json.file`, `json.source`, `base64.file`, `template.file` (each also behind
+    /// `--allow-fs`).
     Files,
     /// The process and its machine: `os` and its global aliases (behind `--allow-env`,
     /// `--allow-exec`).
@@ -131,11 +132,25 @@ impl Library {
             }
             b
         };
+        if has(Capability::Language) {
+            // After the language's own: upstream names builtins' type apart from defs'.
+            globals = globals.with(builtins::types::type_global);
+        }
         if has(Capability::Codecs) {
             let files = has(Capability::Files);
             globals = globals
-                .with_namespace("json", builtins::json::json_namespace)
-                .with_namespace("base64", builtins::base64::base64_namespace)
+                .with_namespace("json", |b| {
+                    builtins::json::json_namespace(b);
+                    if files {
+                        builtins::json::json_files(b);
+                    }
+                })
+                .with_namespace("base64", |b| {
+                    builtins::base64::base64_namespace(b);
+                    if files {
+                        builtins::base64::base64_files(b);
+                    }
+                })
                 .with_namespace("strings", builtins::strings::strings_namespace)
                 .with_namespace("hash", |b| {
                     hash::hash_namespace(b);

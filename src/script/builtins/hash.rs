@@ -15,9 +15,11 @@ use starlark::any::ProvidesStaticType;
 use starlark::environment::{GlobalsBuilder, Methods, MethodsBuilder};
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
-use starlark::values::{NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
+use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
 
+use crate::script::builtins::input::{bytes_of, io_message};
 use crate::script::host::Host;
+use crate::script::outcome::result;
 use crate::script::permissions::Access;
 
 /// What is hashed.
@@ -27,7 +29,8 @@ enum Input {
     File(#[allocative(skip)] PathBuf),
 }
 
-/// `hash.text(...)`, `hash.bytes(...)` or `hash.file(...)`: call a digest on it.
+/// `hash.text(...)` or `hash.bytes(...)` (type `hash.source`), or `hash.file(...)`
+/// (type `hash.file`, in [`File`]): call a digest on it.
 #[derive(Debug, ProvidesStaticType, NoSerialize, Allocative)]
 pub struct Source(Input);
 
@@ -36,9 +39,22 @@ starlark::starlark_simple_value!(Source);
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Input::Bytes(b) => write!(f, "<hash.source of {} bytes>", b.len()),
-            Input::File(p) => write!(f, "<hash.file {}>", p.display()),
+            Input::Bytes(b) => write!(f, "hash.source({} bytes)", b.len()),
+            Input::File(p) => write!(f, "hash.file({:?})", p.display().to_string()),
         }
+    }
+}
+
+/// `hash.file(path)`: a [`Source`] of its own type, so that its methods (which read
+/// the file) are named apart from those a hosted script may call.
+#[derive(Debug, ProvidesStaticType, NoSerialize, Allocative)]
+pub struct File(Source);
+
+starlark::starlark_simple_value!(File);
+
+impl fmt::Display for File {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -94,13 +110,14 @@ impl Source {
         match &self.0 {
             Input::Bytes(b) => h.update(b),
             Input::File(path) => {
-                let mut file = std::fs::File::open(path)
-                    .map_err(|e| format!("hash.file: {}: {e}", path.display()))?;
+                let mut file = std::fs::File::open(path).map_err(|e| {
+                    format!("hash.file: open {}: {}", path.display(), io_message(&e))
+                })?;
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
-                    let n = file
-                        .read(&mut buf)
-                        .map_err(|e| format!("hash.file: {}: {e}", path.display()))?;
+                    let n = file.read(&mut buf).map_err(|e| {
+                        format!("hash.file: read {}: {}", path.display(), io_message(&e))
+                    })?;
                     if n == 0 {
                         break;
                     }
@@ -114,12 +131,37 @@ impl Source {
 
 fn source_of(v: Value<'_>) -> anyhow::Result<&Source> {
     v.downcast_ref::<Source>()
+        .or_else(|| v.downcast_ref::<File>().map(|f| &f.0))
         .ok_or_else(|| anyhow::anyhow!("not a hash source"))
 }
 
 fn attempt<'v>(eval: &Evaluator<'v, '_, '_>, outcome: Result<String, String>) -> Value<'v> {
     let heap = eval.heap();
     crate::script::outcome::result(heap, outcome.map(|s| heap.alloc(s)))
+}
+
+#[starlark_module]
+fn source_data(builder: &mut MethodsBuilder) {
+    /// The data hashed, as bytes.
+    #[starlark(attribute)]
+    fn data<'v>(#[starlark(this)] this: Value<'v>, heap: Heap<'v>) -> anyhow::Result<Value<'v>> {
+        match &source_of(this)?.0 {
+            Input::Bytes(b) => Ok(heap.alloc(b.as_slice())),
+            Input::File(_) => Err(anyhow::anyhow!("hash.source.data: not a hash.source")),
+        }
+    }
+}
+
+#[starlark_module]
+fn file_path(builder: &mut MethodsBuilder) {
+    /// The file's path.
+    #[starlark(attribute)]
+    fn path(#[starlark(this)] this: Value) -> anyhow::Result<String> {
+        match &source_of(this)?.0 {
+            Input::File(p) => Ok(p.display().to_string()),
+            Input::Bytes(_) => Err(anyhow::anyhow!("hash.file.path: not a hash.file")),
+        }
+    }
 }
 
 #[starlark_module]
@@ -185,7 +227,18 @@ fn source_methods(builder: &mut MethodsBuilder) {
     }
 }
 
-starlark::methods_static!(SOURCE_METHODS = source_methods);
+starlark::methods_static!(
+    SOURCE_METHODS = |b| {
+        source_methods(b);
+        source_data(b);
+    }
+);
+starlark::methods_static!(
+    FILE_METHODS = |b| {
+        source_methods(b);
+        file_path(b);
+    }
+);
 
 #[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
 #[starlark_value(type = "hash.source")]
@@ -193,41 +246,83 @@ impl<'v> StarlarkValue<'v> for Source {
     fn get_methods() -> Option<&'static Methods> {
         Some(SOURCE_METHODS.methods())
     }
+
+    fn to_bool(&self) -> bool {
+        !matches!(&self.0, Input::Bytes(b) if b.is_empty())
+    }
+}
+
+#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[starlark_value(type = "hash.file")]
+impl<'v> StarlarkValue<'v> for File {
+    fn get_methods() -> Option<&'static Methods> {
+        Some(FILE_METHODS.methods())
+    }
+}
+
+/// The bytes of `data`: a string's, bytes, or (kite's own) a list of integers 0..255.
+fn data_of(data: Value) -> Result<Vec<u8>, String> {
+    let Some(list) = starlark::values::list::ListRef::from_value(data) else {
+        return bytes_of("hash.bytes", data)
+            .map(<[u8]>::to_vec)
+            .map_err(|e| format!("{e} (or a list of integers 0..255)"));
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if let Some(why) = crate::script::budget::walk_step(1) {
+                return Err(format!("hash.bytes: stopped: {why}"));
+            }
+            v.unpack_i32()
+                .and_then(|n| u8::try_from(n).ok())
+                .ok_or_else(|| format!("hash.bytes: data[{i}] = {v} is not an integer 0..255"))
+        })
+        .collect()
+}
+
+fn text_of(s: Value) -> Result<Source, String> {
+    s.unpack_str()
+        .map(|s| Source(Input::Bytes(s.as_bytes().to_vec())))
+        .ok_or_else(|| format!("hash.text: s must be a string, got {}", s.get_type()))
 }
 
 #[starlark_module]
 pub fn hash_namespace(builder: &mut GlobalsBuilder) {
     /// A source to hash: the UTF-8 bytes of `s`.
-    fn text(#[starlark(require = pos)] s: &str) -> anyhow::Result<Source> {
-        Ok(Source(Input::Bytes(s.as_bytes().to_vec())))
+    fn text(#[starlark(require = pos)] s: Value) -> anyhow::Result<Source> {
+        text_of(s).map_err(anyhow::Error::msg)
     }
 
-    /// A source to hash: a string's bytes, or a list of integers 0..255.
+    /// A source to hash: bytes, a string's bytes, or a list of integers 0..255.
     fn bytes(#[starlark(require = pos)] data: Value) -> anyhow::Result<Source> {
-        if let Some(s) = data.unpack_str() {
-            return Ok(Source(Input::Bytes(s.as_bytes().to_vec())));
-        }
-        let items = starlark::values::list::ListRef::from_value(data)
-            .map(|l| l.content().to_vec())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "hash.bytes: data must be a string or a list of integers 0..255, not {}",
-                    data.get_type()
-                )
-            })?;
-        let bytes = items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.unpack_i32()
-                    .and_then(|n| u8::try_from(n).ok())
-                    .ok_or_else(|| {
-                        anyhow::anyhow!("hash.bytes: data[{i}] = {v} is not an integer 0..255")
-                    })
-            })
-            .collect::<anyhow::Result<Vec<u8>>>()?;
-        Ok(Source(Input::Bytes(bytes)))
+        Ok(Source(Input::Bytes(
+            data_of(data).map_err(anyhow::Error::msg)?,
+        )))
     }
+
+    /// `text(s)` as a result (`.ok`, `.value`, `.error`).
+    fn try_text<'v>(
+        #[starlark(require = pos)] s: Value<'v>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(result(heap, text_of(s).map(|s| heap.alloc(s))))
+    }
+
+    /// `bytes(data)` as a result.
+    fn try_bytes<'v>(
+        #[starlark(require = pos)] data: Value<'v>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = data_of(data).map(|b| heap.alloc(Source(Input::Bytes(b))));
+        Ok(result(heap, outcome))
+    }
+}
+
+fn file_at(eval: &Evaluator<'_, '_, '_>, path: &str) -> Result<File, String> {
+    Host::of(eval)
+        .and_then(|h| h.allow("hash.file", Access::Fs))
+        .map_err(|e| e.to_string())?;
+    Ok(File(Source(Input::File(PathBuf::from(path)))))
 }
 
 /// `hash.file`: reads a file of this machine, so it is part of the files capability
@@ -239,9 +334,17 @@ pub fn hash_files(builder: &mut GlobalsBuilder) {
     fn file(
         #[starlark(require = pos)] path: &str,
         eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<Source> {
-        Host::of(eval)?.allow("hash.file", Access::Fs)?;
-        Ok(Source(Input::File(PathBuf::from(path))))
+    ) -> anyhow::Result<File> {
+        file_at(eval, path).map_err(anyhow::Error::msg)
+    }
+
+    /// `file(path)` as a result (`.ok`, `.value`, `.error`).
+    fn try_file<'v>(
+        #[starlark(require = pos)] path: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = file_at(eval, path).map(|f| eval.heap().alloc(f));
+        Ok(result(eval.heap(), outcome))
     }
 }
 
@@ -275,6 +378,38 @@ mod tests {
     }
 
     #[test]
+    fn bytes_data_and_types() {
+        assert_eq!(
+            eval("hash.bytes(b'abc').md5() == hash.text('abc').md5()").unwrap(),
+            "True"
+        );
+        assert_eq!(
+            eval("s = hash.text('hi')\n(s.data, type(s), str(s))").unwrap(),
+            "(b\"hi\", \"hash.source\", \"hash.source(2 bytes)\")"
+        );
+        assert_eq!(
+            eval("r = hash.try_bytes(1)\n(r.ok, 'string or bytes' in r.error)").unwrap(),
+            "(False, True)"
+        );
+        assert_eq!(
+            eval("hash.try_text('a').value.sha1()").unwrap(),
+            "\"86f7e437faa5a7fce15d1ddcb9eaeaea377667b8\""
+        );
+        assert_eq!(
+            crate::script::builtins::testing::eval_allowing(
+                "f = hash.file('/tmp/x')\n(f.path, type(f))"
+            )
+            .unwrap(),
+            "(\"/tmp/x\", \"hash.file\")"
+        );
+        assert!(
+            eval("hash.try_file('/tmp/x').error")
+                .unwrap()
+                .contains("--allow-fs")
+        );
+    }
+
+    #[test]
     fn bad_input_and_files_need_the_flag() {
         let e = eval("hash.bytes([1, 300])").unwrap_err();
         assert!(
@@ -282,7 +417,10 @@ mod tests {
             "{e}"
         );
         let e = eval("hash.bytes(1)").unwrap_err();
-        assert!(e.contains("must be a string or a list"), "{e}");
+        assert!(
+            e.contains("hash.bytes: argument must be string or bytes, got int"),
+            "{e}"
+        );
         // The test host allows nothing.
         let e = eval("hash.file('Cargo.toml').sha256()").unwrap_err();
         assert!(e.contains("hash.file needs --allow-fs"), "{e}");

@@ -1,10 +1,40 @@
 //! `json.encode` and `json.decode`, exact for integers; decoded objects are AttrDicts.
+//! `json.file(path)` and `json.source(data)`, upstream Starkite's file readers and
+//! writers, are in [`objects`].
 
+use serde_json::Value as Json;
 use starlark::environment::GlobalsBuilder;
 use starlark::starlark_module;
 use starlark::values::{Heap, Value};
 
+use crate::script::builtins::input::text_of;
 use crate::script::json::{from_starlark, to_starlark};
+use crate::script::outcome::result;
+
+mod objects;
+
+pub use objects::json_files;
+
+fn encode_value(call: &str, value: Value, indent: bool) -> Result<String, String> {
+    let json = from_starlark(value).map_err(|e| format!("{call}: {e}"))?;
+    let text = if indent {
+        serde_json::to_string_pretty(&json)
+    } else {
+        serde_json::to_string(&json)
+    };
+    text.map_err(|e| format!("{call}: {e}"))
+}
+
+/// Parses JSON text (node by node within the budgets: a short text can decode to a
+/// huge tree).
+fn parse(call: &str, text: &str) -> Result<Json, String> {
+    crate::script::parse::json(text).map_err(|e| format!("{call}: {e}"))
+}
+
+fn decode_value<'v>(heap: Heap<'v>, call: &str, data: Value<'v>) -> Result<Value<'v>, String> {
+    let json = parse(call, text_of(call, data)?)?;
+    Ok(to_starlark(heap, &json))
+}
 
 #[starlark_module]
 pub fn json_namespace(builder: &mut GlobalsBuilder) {
@@ -13,23 +43,33 @@ pub fn json_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] value: Value,
         #[starlark(require = named, default = false)] indent: bool,
     ) -> anyhow::Result<String> {
-        let json = from_starlark(value)?;
-        Ok(if indent {
-            serde_json::to_string_pretty(&json)?
-        } else {
-            serde_json::to_string(&json)?
-        })
+        encode_value("json.encode", value, indent).map_err(anyhow::Error::msg)
     }
 
-    /// Decodes a JSON string; objects become AttrDicts.
+    /// Decodes JSON text (a string or UTF-8 bytes); objects become AttrDicts.
     fn decode<'v>(
-        #[starlark(require = pos)] text: &str,
+        #[starlark(require = pos)] text: Value<'v>,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        // Node by node within the budgets: a short text can decode to a huge tree.
-        let json =
-            crate::script::parse::json(text).map_err(|e| anyhow::anyhow!("json.decode: {e}"))?;
-        Ok(to_starlark(heap, &json))
+        decode_value(heap, "json.decode", text).map_err(anyhow::Error::msg)
+    }
+
+    /// `encode(value)` as a result (`.ok`, `.value`, `.error`).
+    fn try_encode<'v>(
+        #[starlark(require = pos)] value: Value<'v>,
+        #[starlark(require = named, default = false)] indent: bool,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = encode_value("json.encode", value, indent).map(|s| heap.alloc(s));
+        Ok(result(heap, outcome))
+    }
+
+    /// `decode(text)` as a result.
+    fn try_decode<'v>(
+        #[starlark(require = pos)] text: Value<'v>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(result(heap, decode_value(heap, "json.decode", text)))
     }
 }
 
@@ -101,6 +141,59 @@ mod tests {
         assert!(err.contains("cycle"), "{err}");
         let err = eval("json.encode(1 << 70)").unwrap_err();
         assert!(err.contains("64 bits"), "{err}");
+    }
+
+    #[test]
+    fn bytes_decode_and_try_forms() {
+        assert_eq!(eval(r#"json.decode(b'{"a": [1]}').a"#).unwrap(), "[1]");
+        let e = eval("json.decode(1)").unwrap_err();
+        assert!(
+            e.contains("json.decode: argument must be string or bytes, got int"),
+            "{e}"
+        );
+        assert_eq!(
+            eval("r = json.try_decode('{')\n(r.ok, 'json.decode' in r.error)").unwrap(),
+            "(False, True)"
+        );
+        assert_eq!(
+            eval("r = json.try_encode([1])\n(r.ok, r.value)").unwrap(),
+            "(True, \"[1]\")"
+        );
+    }
+
+    #[test]
+    fn files_and_sources_need_the_flag() {
+        use crate::script::builtins::testing::eval_allowing;
+        let e = eval("json.file('x.json')").unwrap_err();
+        assert!(e.contains("json.file needs --allow-fs"), "{e}");
+        let e = eval("json.source({'a': 1}).write_file('x.json')").unwrap_err();
+        assert!(e.contains("json.writer.write_file needs --allow-fs"), "{e}");
+        assert_eq!(
+            eval("json.source({'a': [1]}).encode(indent = '  ', prefix = '>')").unwrap(),
+            r#""{\n>  \"a\": [\n>    1\n>  ]\n>}""#
+        );
+        let dir = std::env::temp_dir().join(format!("kite-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("v.json");
+        let p = p.display();
+        let out = eval_allowing(&format!(
+            "w = json.source({{'tag': 'v1'}})\nw.write_file('{p}', indent = ' ')\nf = json.file('{p}')\n(f.decode().tag, f.path == '{p}', w.data.tag, type(f), type(w))"
+        ))
+        .unwrap();
+        assert_eq!(out, r#"("v1", True, "v1", "json.file", "json.writer")"#);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("v.json")).unwrap(),
+            "{\n \"tag\": \"v1\"\n}\n"
+        );
+        let out = eval_allowing(&format!(
+            "r = json.file('{p}.missing').try_decode()\n(r.ok, r.error)"
+        ))
+        .unwrap();
+        assert_eq!(
+            out,
+            format!("(False, \"json.file.decode: open {p}.missing: no such file or directory\")")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -14,10 +14,13 @@ use starlark::environment::{GlobalsBuilder, Methods, MethodsBuilder};
 use starlark::starlark_module;
 use starlark::values::list::AllocList;
 use starlark::values::none::NoneOr;
-use starlark::values::tuple::AllocTuple;
 use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, ValueLike, starlark_value};
 
 use crate::script::outcome::result;
+
+mod matched;
+
+use matched::Match;
 
 const SIZE_LIMIT: usize = 1 << 20;
 
@@ -41,130 +44,16 @@ fn compile(call: &str, pattern: &str, flags: &str) -> Result<Regex, String> {
             }
         };
     }
-    b.build()
-        .map_err(|e| format!("{call}: invalid pattern {pattern:?}: {e}"))
+    b.build().map_err(|e| match e {
+        // As Go words it: scripts written for upstream look for "error parsing regexp".
+        regex::Error::Syntax(why) => format!("{call}: error parsing regexp {pattern:?}: {why}"),
+        other => format!("{call}: invalid pattern {pattern:?}: {other}"),
+    })
 }
 
 /// A limit as upstream gives it: negative for none.
 fn limit(n: i32) -> Option<usize> {
     usize::try_from(n).ok()
-}
-
-/// One match: its text, offsets and groups.
-#[derive(Debug, ProvidesStaticType, NoSerialize, Allocative)]
-pub struct Match {
-    text: String,
-    start: usize,
-    end: usize,
-    /// Groups 1.. (None where a group did not take part).
-    groups: Vec<Option<String>>,
-    /// Group names by index (index 0 is the whole match).
-    names: Vec<Option<String>>,
-}
-
-starlark::starlark_simple_value!(Match);
-
-impl fmt::Display for Match {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "<regexp.match {:?} [{}:{}]>",
-            self.text, self.start, self.end
-        )
-    }
-}
-
-impl Match {
-    fn of(re: &Regex, caps: &regex::Captures) -> Self {
-        let whole = caps.get(0).expect("group 0 is the match");
-        Match {
-            text: whole.as_str().to_owned(),
-            start: whole.start(),
-            end: whole.end(),
-            groups: (1..caps.len())
-                .map(|i| caps.get(i).map(|m| m.as_str().to_owned()))
-                .collect(),
-            names: re.capture_names().map(|n| n.map(str::to_owned)).collect(),
-        }
-    }
-}
-
-fn match_of(v: Value<'_>) -> anyhow::Result<&Match> {
-    v.downcast_ref::<Match>()
-        .ok_or_else(|| anyhow::anyhow!("not a regexp match"))
-}
-
-#[starlark_module]
-fn match_methods(builder: &mut MethodsBuilder) {
-    /// The matched text.
-    #[starlark(attribute)]
-    fn text(#[starlark(this)] this: Value) -> anyhow::Result<String> {
-        Ok(match_of(this)?.text.clone())
-    }
-
-    /// The byte offset where the match starts.
-    #[starlark(attribute)]
-    fn start(#[starlark(this)] this: Value) -> anyhow::Result<i64> {
-        Ok(i64::try_from(match_of(this)?.start)?)
-    }
-
-    /// The byte offset just after the match.
-    #[starlark(attribute)]
-    fn end(#[starlark(this)] this: Value) -> anyhow::Result<i64> {
-        Ok(i64::try_from(match_of(this)?.end)?)
-    }
-
-    /// The captured groups (None for a group that did not take part).
-    #[starlark(attribute)]
-    fn groups<'v>(#[starlark(this)] this: Value<'v>, heap: Heap<'v>) -> anyhow::Result<Value<'v>> {
-        let m = match_of(this)?;
-        Ok(heap.alloc(AllocTuple(m.groups.iter().map(|g| match g {
-            Some(s) => heap.alloc(s.as_str()),
-            None => Value::new_none(),
-        }))))
-    }
-
-    /// Group `n` (0 is the whole match), or the group called `name`; "" for a group that
-    /// did not take part.
-    fn group(
-        #[starlark(this)] this: Value,
-        #[starlark(default = 0)] n: i32,
-        #[starlark(require = named, default = "")] name: &str,
-    ) -> anyhow::Result<String> {
-        let m = match_of(this)?;
-        let index = if name.is_empty() {
-            usize::try_from(n)
-                .ok()
-                .filter(|i| *i <= m.groups.len())
-                .ok_or_else(|| {
-                    anyhow::anyhow!("group({n}): the pattern has {} group(s)", m.groups.len())
-                })?
-        } else {
-            m.names
-                .iter()
-                .position(|g| g.as_deref() == Some(name))
-                .ok_or_else(|| anyhow::anyhow!("group(name = {name:?}): no group has that name"))?
-        };
-        Ok(if index == 0 {
-            m.text.clone()
-        } else {
-            m.groups[index - 1].clone().unwrap_or_default()
-        })
-    }
-}
-
-starlark::methods_static!(MATCH_METHODS = match_methods);
-
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
-#[starlark_value(type = "regexp.match")]
-impl<'v> StarlarkValue<'v> for Match {
-    fn get_methods() -> Option<&'static Methods> {
-        Some(MATCH_METHODS.methods())
-    }
-
-    fn to_bool(&self) -> bool {
-        true
-    }
 }
 
 /// The operations, shared by the module functions and `Pattern` methods.
@@ -258,8 +147,89 @@ fn pattern_of(v: Value<'_>) -> anyhow::Result<Regex> {
         .ok_or_else(|| anyhow::anyhow!("not a regexp pattern"))
 }
 
+/// A successful result of `v` (a `try_` form whose only failures are running out of
+/// the call's budget, which is not the script's to catch).
+fn ok<'v>(heap: Heap<'v>, v: Value<'v>) -> Value<'v> {
+    result(heap, Ok(v))
+}
+
 #[starlark_module]
 fn pattern_methods(builder: &mut MethodsBuilder) {
+    /// The pattern's text, as given (without its flags).
+    #[starlark(attribute)]
+    fn pattern(#[starlark(this)] this: Value) -> anyhow::Result<String> {
+        Ok(pattern_of(this)?.as_str().to_owned())
+    }
+
+    /// How many capturing groups the pattern has.
+    #[starlark(attribute)]
+    fn group_count(#[starlark(this)] this: Value) -> anyhow::Result<i64> {
+        Ok(i64::try_from(
+            pattern_of(this)?.captures_len().saturating_sub(1),
+        )?)
+    }
+
+    /// The names of the named groups, in order.
+    #[starlark(attribute)]
+    fn group_names<'v>(
+        #[starlark(this)] this: Value<'v>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let re = pattern_of(this)?;
+        let names: Vec<String> = re.capture_names().flatten().map(str::to_owned).collect();
+        Ok(heap.alloc(AllocList(names)))
+    }
+
+    /// `match(s)` as a result (`.ok`, `.value`, `.error`).
+    fn try_match<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let found = is_match(&pattern_of(this)?, s);
+        Ok(ok(heap, Value::new_bool(found)))
+    }
+
+    /// `find(s)` as a result.
+    fn try_find<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(ok(heap, find(heap, &pattern_of(this)?, s)))
+    }
+
+    /// `find_all(s, n)` as a result.
+    fn try_find_all<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(ok(heap, find_all(heap, &pattern_of(this)?, s, n)?))
+    }
+
+    /// `replace(s, repl)` as a result.
+    fn try_replace<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(require = pos)] repl: &str,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        let out = replace(&pattern_of(this)?, s, repl)?;
+        Ok(ok(heap, heap.alloc(out)))
+    }
+
+    /// `split(s, n)` as a result.
+    fn try_split<'v>(
+        #[starlark(this)] this: Value<'v>,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(ok(heap, split(heap, &pattern_of(this)?, s, n)?))
+    }
+
     /// Whether the pattern matches anywhere in `s`.
     #[starlark(speculative_exec_safe)]
     fn r#match(
@@ -426,6 +396,38 @@ pub fn regexp_namespace(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<Value<'v>> {
         let outcome =
             compile("regexp.find", pattern, self::flags(flags)).map(|re| find(heap, &re, s));
+        Ok(result(heap, outcome))
+    }
+
+    /// `find_all(...)` as a result.
+    fn try_find_all<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        // Running out of time is not the script's to catch.
+        let outcome = match compile("regexp.find_all", pattern, self::flags(flags)) {
+            Ok(re) => Ok(find_all(heap, &re, s, n)?),
+            Err(e) => Err(e),
+        };
+        Ok(result(heap, outcome))
+    }
+
+    /// `split(...)` as a result.
+    fn try_split<'v>(
+        #[starlark(require = pos)] pattern: &str,
+        #[starlark(require = pos)] s: &str,
+        #[starlark(default = -1)] n: i32,
+        #[starlark(require = named, default = NoneOr::None)] flags: NoneOr<&str>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        // Running out of time is not the script's to catch.
+        let outcome = match compile("regexp.split", pattern, self::flags(flags)) {
+            Ok(re) => Ok(split(heap, &re, s, n)?),
+            Err(e) => Err(e),
+        };
         Ok(result(heap, outcome))
     }
 

@@ -2,7 +2,7 @@
 //! under `--allow-fs`, as upstream Starkite's module. Mappings decode to AttrDicts.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use allocative::Allocative;
 use serde_json::Value as Json;
@@ -16,6 +16,7 @@ use starlark::values::{
     Heap, NoSerialize, StarlarkValue, Value, ValueLike, list::AllocList, starlark_value,
 };
 
+use crate::script::builtins::input::{io_message, read_file, text_of};
 use crate::script::host::Host;
 use crate::script::json::{from_starlark, to_starlark};
 use crate::script::outcome::result;
@@ -54,8 +55,10 @@ fn encode_many(call: &str, values: Value) -> Result<String, String> {
     to_yaml(&docs).map_err(|e| format!("{call}: {e}"))
 }
 
-fn read(call: &str, path: &PathBuf) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{call}: {}: {e}", path.display()))
+fn read(call: &str, path: &Path) -> Result<String, String> {
+    let path = path.display().to_string();
+    String::from_utf8(read_file(call, &path)?)
+        .map_err(|_| format!("{call}: {path}: the file is not UTF-8 text"))
 }
 
 /// `yaml.file(path)`: a YAML file to decode.
@@ -153,9 +156,14 @@ fn write_file(eval: &Evaluator<'_, '_, '_>, data: &Json, path: &str) -> Result<(
     Host::of(eval)
         .and_then(|h| h.allow("yaml.source.write_file", Access::Fs))
         .map_err(|e| e.to_string())?;
-    let text =
-        to_yaml(std::slice::from_ref(data)).map_err(|e| format!("yaml.source.write_file: {e}"))?;
-    std::fs::write(path, text).map_err(|e| format!("yaml.source.write_file: {path}: {e}"))
+    // A list is written as one document per item, as upstream does.
+    let docs = match data {
+        Json::Array(items) => items.as_slice(),
+        other => std::slice::from_ref(other),
+    };
+    let text = to_yaml(docs).map_err(|e| format!("yaml.source.write_file: {e}"))?;
+    std::fs::write(path, text)
+        .map_err(|e| format!("yaml.source.write_file: open {path}: {}", io_message(&e)))
 }
 
 #[starlark_module]
@@ -211,18 +219,22 @@ pub fn yaml_namespace(builder: &mut GlobalsBuilder) {
 
     /// The first (or only) document of YAML text (None when there is none).
     fn decode<'v>(
-        #[starlark(require = pos)] text: &str,
+        #[starlark(require = pos)] text: Value<'v>,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        decode_one(heap, "yaml.decode", text).map_err(anyhow::Error::msg)
+        text_of("yaml.decode", text)
+            .and_then(|t| decode_one(heap, "yaml.decode", t))
+            .map_err(anyhow::Error::msg)
     }
 
     /// Every document of YAML text, as a list.
     fn decode_all<'v>(
-        #[starlark(require = pos)] text: &str,
+        #[starlark(require = pos)] text: Value<'v>,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        decode_many(heap, "yaml.decode_all", text).map_err(anyhow::Error::msg)
+        text_of("yaml.decode_all", text)
+            .and_then(|t| decode_many(heap, "yaml.decode_all", t))
+            .map_err(anyhow::Error::msg)
     }
 
     /// `encode(value)` as a result (`.ok`, `.value`, `.error`).
@@ -249,18 +261,21 @@ pub fn yaml_namespace(builder: &mut GlobalsBuilder) {
 
     /// `decode(text)` as a result.
     fn try_decode<'v>(
-        #[starlark(require = pos)] text: &str,
+        #[starlark(require = pos)] text: Value<'v>,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, decode_one(heap, "yaml.decode", text)))
+        let outcome = text_of("yaml.decode", text).and_then(|t| decode_one(heap, "yaml.decode", t));
+        Ok(result(heap, outcome))
     }
 
     /// `decode_all(text)` as a result.
     fn try_decode_all<'v>(
-        #[starlark(require = pos)] text: &str,
+        #[starlark(require = pos)] text: Value<'v>,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, decode_many(heap, "yaml.decode_all", text)))
+        let outcome =
+            text_of("yaml.decode_all", text).and_then(|t| decode_many(heap, "yaml.decode_all", t));
+        Ok(result(heap, outcome))
     }
 }
 
@@ -277,12 +292,37 @@ pub fn yaml_files(builder: &mut GlobalsBuilder) {
         Ok(File(PathBuf::from(path)))
     }
 
-    /// Data to write as YAML with `.write_file(path)`.
+    /// Data to write as YAML with `.write_file(path)`; a list is written as one
+    /// document per item.
     fn source(#[starlark(require = pos)] data: Value) -> anyhow::Result<Writer> {
-        Ok(Writer(
-            from_starlark(data).map_err(|e| anyhow::anyhow!("yaml.source: {e}"))?,
-        ))
+        writer(data).map_err(anyhow::Error::msg)
     }
+
+    /// `file(path)` as a result (`.ok`, `.value`, `.error`).
+    fn try_file<'v>(
+        #[starlark(require = pos)] path: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> anyhow::Result<Value<'v>> {
+        let outcome = Host::of(eval)
+            .and_then(|h| h.allow("yaml.file", Access::Fs))
+            .map(|()| eval.heap().alloc(File(PathBuf::from(path))))
+            .map_err(|e| e.to_string());
+        Ok(result(eval.heap(), outcome))
+    }
+
+    /// `source(data)` as a result.
+    fn try_source<'v>(
+        #[starlark(require = pos)] data: Value<'v>,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
+        Ok(result(heap, writer(data).map(|w| heap.alloc(w))))
+    }
+}
+
+fn writer(data: Value) -> Result<Writer, String> {
+    from_starlark(data)
+        .map(Writer)
+        .map_err(|e| format!("yaml.source: {e}"))
 }
 
 #[cfg(test)]
@@ -337,6 +377,44 @@ mod tests {
             eval("r = yaml.try_encode([1])\n(r.ok, r.value)").unwrap(),
             "(True, \"- 1\\n\")"
         );
+    }
+
+    #[test]
+    fn bytes_are_text_too() {
+        assert_eq!(eval("yaml.decode(b'a: 1').a").unwrap(), "1");
+        assert_eq!(
+            eval("len(yaml.decode_all(b'a: 1\\n---\\nb: 2'))").unwrap(),
+            "2"
+        );
+        let e = eval("yaml.decode(42)").unwrap_err();
+        assert!(
+            e.contains("yaml.decode: argument must be string or bytes, got int"),
+            "{e}"
+        );
+        assert_eq!(
+            eval("r = yaml.try_decode_all([1])\n(r.ok, 'string or bytes' in r.error)").unwrap(),
+            "(False, True)"
+        );
+    }
+
+    #[test]
+    fn a_list_is_written_as_documents_and_try_forms() {
+        let e = eval("yaml.try_file('x.yaml').error").unwrap();
+        assert!(e.contains("yaml.file needs --allow-fs"), "{e}");
+        let dir = std::env::temp_dir().join(format!("kite-yaml-docs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("v.yaml");
+        let p = p.display();
+        let out = eval_allowing(&format!(
+            "yaml.try_source([{{'a': 1}}, {{'b': 2}}]).value.write_file('{p}')\nr = yaml.try_file('{p}')\n(r.ok, len(r.value.decode_all()))"
+        ))
+        .unwrap();
+        assert_eq!(out, "(True, 2)");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("v.yaml")).unwrap(),
+            "a: 1\n---\nb: 2\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

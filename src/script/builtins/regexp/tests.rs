@@ -82,7 +82,7 @@ fn functions_as_upstream_documents_them() {
 (m.text, m.group(1), m.group(2), m.groups, m.start, m.end)"#
         )
         .unwrap(),
-        r#"("user@example.com", "user", "example.com", ("user", "example.com"), 0, 16)"#
+        r#"("user@example.com", "user", "example.com", ("user@example.com", "user", "example.com"), 0, 16)"#
     );
     assert_eq!(eval(r#"regexp.find("x", "abc")"#).unwrap(), "None");
     assert_eq!(
@@ -139,7 +139,10 @@ m = p.find("ERROR: disk full")
 #[test]
 fn errors_and_try() {
     let e = eval(r#"regexp.match("(", "x")"#).unwrap_err();
-    assert!(e.contains("regexp.match: invalid pattern \"(\""), "{e}");
+    assert!(
+        e.contains("regexp.match: error parsing regexp \"(\""),
+        "{e}"
+    );
     let e = eval(r#"regexp.compile("a", flags = "z")"#).unwrap_err();
     assert!(
         e.contains("regexp.compile: unknown flag 'z' (flags are i, m, s, U)"),
@@ -150,7 +153,7 @@ fn errors_and_try() {
     assert_eq!(
         eval(
             r#"r = regexp.try_compile("(")
-(r.ok, r.value, "invalid pattern" in r.error)"#
+(r.ok, r.value, "error parsing regexp" in r.error)"#
         )
         .unwrap(),
         "(False, None, True)"
@@ -166,4 +169,34 @@ fn errors_and_try() {
     // A pattern too large to compile within the limit fails, it does not exhaust memory.
     let e = eval(r#"regexp.match("(((a{1000}){1000}){1000})", "a")"#).unwrap_err();
     assert!(e.contains("regexp.match: invalid pattern"), "{e}");
+}
+
+#[test]
+fn patterns_and_matches_as_upstream_has_them() {
+    assert_eq!(
+        eval(
+            r#"p = regexp.compile(r"(?P<y>\d{4})-(\d{2})-(?P<d>\d{2})", flags = "i")
+(p.pattern, p.group_count, p.group_names)"#
+        )
+        .unwrap(),
+        r#"("(?P<y>\\d{4})-(\\d{2})-(?P<d>\\d{2})", 3, ["y", "d"])"#
+    );
+    assert_eq!(
+        eval(
+            r#"m = regexp.find("a(b)?c", "xac")
+(m.group(1), m.groups, str(m), repr(m))"#
+        )
+        .unwrap(),
+        r#"(None, ("ac", None), "ac", "<regexp.match \"ac\" [1:3]>")"#
+    );
+    assert_eq!(
+        eval(r#"p = regexp.compile(",")
+[p.try_split("a,b").value, p.try_find_all("a,b").ok, p.try_replace("a,b", ";").value, p.try_match("x").value, p.try_find("x").value]"#)
+        .unwrap(),
+        r#"[["a", "b"], True, "a;b", False, None]"#
+    );
+    assert_eq!(
+        eval(r#"[regexp.try_split(",", "a,b").value, regexp.try_find_all("(", "a").ok]"#).unwrap(),
+        r#"[["a", "b"], False]"#
+    );
 }

@@ -165,7 +165,8 @@ fn read_file(eval: &Evaluator<'_, '_, '_>, call: &str, path: &str) -> Result<Str
     Host::of(eval)
         .and_then(|h| h.allow(call, Access::Fs))
         .map_err(|e| e.to_string())?;
-    std::fs::read_to_string(path).map_err(|e| format!("{call}: {path}: {e}"))
+    let bytes = crate::script::builtins::input::read_file(call, path)?;
+    String::from_utf8(bytes).map_err(|_| format!("{call}: {path}: the file is not UTF-8 text"))
 }
 
 fn text_of_bytes(call: &str, data: Value) -> Result<String, String> {
