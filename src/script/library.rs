@@ -56,7 +56,7 @@ pub struct Builder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
     /// The Starlark language's own functions, `struct`, `map`, `filter`, `partial`,
-    /// `debug` and `set`: pure.
+    /// `debug` and `set`: pure. `type` names builtins as upstream's Go Starlark does.
     Language,
     /// `print`, `fmt` and its `printf`/`println`/`sprintf` globals: text to the run's
     /// printer (a hosted controller's goes to the operator's log, tagged with it).
@@ -138,6 +138,9 @@ impl Library {
             }
             b
         };
+        if has(Capability::Language) {
+            globals = globals.with(builtins::language::language_globals);
+        }
         if has(Capability::Codecs) {
             let files = has(Capability::Files);
             globals = globals

@@ -9,6 +9,7 @@ pub mod hash;
 pub mod http;
 pub mod io;
 pub mod json;
+pub mod language;
 pub mod log;
 pub mod os;
 pub mod regexp;
