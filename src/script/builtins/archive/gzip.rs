@@ -159,7 +159,8 @@ fn file_compress(
     let src = open(CALL, &src_path)?;
     let mut out = Output::create(CALL, &dst_path)?;
     let mut enc = GzEncoder::new(BufWriter::new(out.file()?), lvl);
-    copy_bounded(CALL, &mut BufReader::new(src), &mut enc, None)?;
+    let named = format!("{CALL}: {}", src_path.display());
+    copy_bounded(&named, &mut BufReader::new(src), &mut enc, None)?;
     enc.finish()
         .and_then(|mut w| w.flush())
         .map_err(|e| format!("{CALL}: {}: {e}", dst_path.display()))?;

@@ -128,6 +128,14 @@ impl Output {
         use std::os::unix::fs::OpenOptionsExt;
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        // A link is written through, as a plain write would: its target is replaced.
+        let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        let resolved = if is_link {
+            std::fs::canonicalize(path).map_err(|e| format!("{call}: {}: {e}", path.display()))?
+        } else {
+            path.to_owned()
+        };
+        let path = resolved.as_path();
         let name = path
             .file_name()
             .ok_or_else(|| format!("{call}: {}: not a file name", path.display()))?;

@@ -84,6 +84,8 @@ fn gzip_files_need_allow_fs_and_keep_what_was_there_on_failure() {
     let (dir, d) = temp_dir("gzfiles");
     std::fs::write(dir.join("bad.gz"), "not gzip").unwrap();
     std::fs::write(dir.join("bad"), "kept").unwrap();
+    std::fs::write(dir.join("target.gz"), "old").unwrap();
+    std::os::unix::fs::symlink(dir.join("target.gz"), dir.join("link.gz")).unwrap();
     let out = eval_allowing(&format!(
         "write_text({d} + '/src.txt', 'file content')\n\
          gzip.file({d} + '/src.txt.gz').compress({d} + '/src.txt', level = 9)\n\
@@ -91,6 +93,7 @@ fn gzip_files_need_allow_fs_and_keep_what_was_there_on_failure() {
          gzip.file({d} + '/src.txt.gz').decompress()\n\
          r = gzip.file({d} + '/bad.gz').try_decompress()\n\
          n = gzip.file({d} + '/x').try_decompress()\n\
+         gzip.text('via link').compress(dest = {d} + '/link.gz')\n\
          (read_text({d} + '/src.txt'), r.ok, read_text({d} + '/bad'), n.error, str(gzip.file('/p.gz')))"
     ))
     .unwrap();
@@ -98,6 +101,15 @@ fn gzip_files_need_allow_fs_and_keep_what_was_there_on_failure() {
         out,
         r#"("file content", False, "kept", "gzip.file.decompress: cannot derive output path (no .gz suffix); specify destination explicitly", "gzip.file(\"/p.gz\")")"#
     );
+    // The link was written through: it is still a link, its target holds the data.
+    assert!(
+        std::fs::symlink_metadata(dir.join("link.gz"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let target = std::fs::read(dir.join("target.gz")).unwrap();
+    assert_eq!(&target[..2], &[0x1f, 0x8b]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

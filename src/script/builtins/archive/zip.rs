@@ -233,7 +233,8 @@ fn write_entries(
             .is_ok_and(|m| m.len() >= u64::from(u32::MAX));
         zip.start_file(name.as_str(), opts.large_file(large))
             .map_err(|e| format!("{call}: {name}: {e}"))?;
-        copy_bounded(call, &mut BufReader::new(file), &mut zip, None)?;
+        let named = format!("{call}: {}", source.display());
+        copy_bounded(&named, &mut BufReader::new(file), &mut zip, None)?;
     }
     zip.finish()
         .map_err(|e| format!("{call}: {e}"))?
