@@ -40,6 +40,7 @@ pub const CAPABILITIES: &[Capability] = &[
     // var_*: the StarlarkController's own spec.vars.
     Capability::Vars,
     // Not: Files, Os, Http (this machine's files, processes, environment and network),
+    // Formats (csv/gzip/zip read and write files), Terminal (io reads stdin),
     // Unprovided (they only fail).
 ];
 
@@ -316,6 +317,11 @@ mod tests {
             ("exec('id')", "exec"),
             ("hostname()", "hostname"),
             ("http.get('http://127.0.0.1:1/')", "http"),
+            ("csv.file('/etc/hostname').read()", "csv"),
+            ("gzip.file('/etc/x.gz').decompress('/tmp/x')", "gzip"),
+            ("zip.file('/tmp/x.zip').write('/etc/hostname')", "zip"),
+            ("io.prompt('password: ', secret = True)", "io"),
+            ("table.new(['a'])", "table"),
         ];
         for (code, missing) in attacks {
             let e = run_hosted(code).expect_err(code);

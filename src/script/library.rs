@@ -79,6 +79,11 @@ pub enum Capability {
     Os,
     /// Outbound HTTP: `http` (behind `--allow-net`).
     Http,
+    /// Data formats and archives: `csv`, `gzip`, `zip` (what reads or writes a file is
+    /// behind `--allow-fs`) and `table`. Not hosted: mostly files of this machine.
+    Formats,
+    /// Questions on kite's terminal: `io` (behind `--allow-env`; reads stdin).
+    Terminal,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -95,6 +100,8 @@ impl Capability {
         Capability::Files,
         Capability::Os,
         Capability::Http,
+        Capability::Formats,
+        Capability::Terminal,
         Capability::Unprovided,
     ];
 }
@@ -201,6 +208,16 @@ impl Library {
         }
         if has(Capability::Http) {
             globals = globals.with_namespace("http", builtins::http::http_namespace);
+        }
+        if has(Capability::Formats) {
+            globals = globals
+                .with_namespace("csv", builtins::csv::csv_namespace)
+                .with_namespace("gzip", builtins::archive::gzip::gzip_namespace)
+                .with_namespace("zip", builtins::archive::zip::zip_namespace)
+                .with_namespace("table", builtins::table::table_namespace);
+        }
+        if has(Capability::Terminal) {
+            globals = globals.with_namespace("io", builtins::io::io_namespace);
         }
         if has(Capability::Unprovided) {
             globals = globals.with(builtins::unprovided::unprovided_modules);

@@ -184,10 +184,11 @@ fn map_rule(rule: &str) -> Result<Mapped> {
         ("http", "client" | "server") => (&[Net], false),
         ("k8s", "*") => (&[K8s], true),
         ("k8s", "read" | "write" | "exec" | "config") => (&[K8s], false),
+        // kite's io questions stdin under --allow-env, with the variables.
+        ("io", "*" | "prompt") => (&[Env], false),
         ("ssh", "*" | "connect" | "transfer")
         | ("ai", "*" | "generate")
-        | ("mcp", "*" | "client" | "server")
-        | ("io", "*" | "prompt") => {
+        | ("mcp", "*" | "client" | "server") => {
             return Ok(Mapped {
                 grants: Permissions::none(),
                 coarser: None,
@@ -221,6 +222,7 @@ fn scope_of(module: &str, category: &str) -> &'static str {
         ("os", _) => "any program or variable",
         ("http", _) => "all network use",
         ("k8s", _) => "every Kubernetes API call the credentials allow",
+        ("io", _) => "terminal questions and every environment variable",
         _ => "everything",
     }
 }
@@ -279,6 +281,14 @@ mod tests {
             p.warnings
                 .iter()
                 .any(|w| w.contains("deny:http.client(*.internal.*) denies all"))
+        );
+        let p = parse("allow:io.prompt").unwrap();
+        assert_eq!(p.permissions, Permissions::only(Access::Env));
+        assert!(
+            p.warnings[0]
+                .contains("--allow-env (terminal questions and every environment variable)"),
+            "{:?}",
+            p.warnings
         );
         let p = parse("allow:ssh.connect").unwrap();
         assert_eq!(p.permissions, Permissions::none());

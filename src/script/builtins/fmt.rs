@@ -271,7 +271,7 @@ fn checked(bytes: usize) -> Result<(), String> {
 }
 
 /// Writes `text` as one line through the script's `print`.
-fn emit(eval: &mut Evaluator<'_, '_, '_>, text: &str) -> anyhow::Result<NoneType> {
+pub(crate) fn emit(eval: &mut Evaluator<'_, '_, '_>, text: &str) -> anyhow::Result<NoneType> {
     let host = Host::of(eval)?;
     let print = host
         .library

@@ -1,4 +1,4 @@
-//! The upstream Starkite modules kite does not provide (`ssh`, `ai`, `csv`, ...): each
+//! The upstream Starkite modules kite does not provide (`ssh`, `ai`, `mcp`, ...): each
 //! is a global whose every use fails saying so, never as an undefined name.
 
 use std::fmt;
@@ -9,20 +9,9 @@ use starlark::environment::GlobalsBuilder;
 use starlark::eval::{Arguments, Evaluator};
 use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, starlark_value};
 
-/// Upstream modules that kite leaves out: remote shells, LLM clients, archives,
-/// interactive input and the like have no place in a controller.
-pub const UNPROVIDED: &[&str] = &[
-    "ssh",
-    "ai",
-    "mcp",
-    "zip",
-    "gzip",
-    "csv",
-    "table",
-    "inventory",
-    "io",
-    "concur",
-];
+/// Upstream modules that kite leaves out: remote shells, LLM clients and the like have
+/// no place in a controller.
+pub const UNPROVIDED: &[&str] = &["ssh", "ai", "mcp", "inventory", "concur"];
 
 /// What a script hears when it uses one of them.
 pub fn message(module: &str, attr: Option<&str>) -> String {
@@ -105,6 +94,6 @@ mod tests {
 
     #[test]
     fn a_script_may_still_bind_the_name() {
-        assert_eq!(eval("csv = 1\ncsv + 1").unwrap(), "2");
+        assert_eq!(eval("inventory = 1\ninventory + 1").unwrap(), "2");
     }
 }

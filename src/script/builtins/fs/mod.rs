@@ -9,7 +9,7 @@
 //! not provided: kite has no `io` module.
 
 mod files;
-mod glob;
+pub(crate) mod glob;
 mod path;
 #[cfg(test)]
 mod tests;
