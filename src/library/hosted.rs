@@ -40,6 +40,7 @@ pub const CAPABILITIES: &[Capability] = &[
     // var_*: the StarlarkController's own spec.vars.
     Capability::Vars,
     // Not: Files, Os, Http (this machine's files, processes, environment and network),
+    // Concur (batches that wait as long as their calls; not reviewed for hosting),
     // Unprovided (they only fail).
 ];
 

@@ -76,8 +76,11 @@ pub enum Capability {
     /// The process and its machine: `os` and its global aliases (behind `--allow-env`,
     /// `--allow-exec`).
     Os,
-    /// Outbound HTTP: `http` (behind `--allow-net`).
+    /// HTTP: the `http` client and server (behind `--allow-net`).
     Http,
+    /// `concur`: batches of calls to the script's own functions (made in turn on its
+    /// thread), which wait as long as their calls do.
+    Concur,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -94,6 +97,7 @@ impl Capability {
         Capability::Files,
         Capability::Os,
         Capability::Http,
+        Capability::Concur,
         Capability::Unprovided,
     ];
 }
@@ -186,6 +190,9 @@ impl Library {
         }
         if has(Capability::Http) {
             globals = globals.with_namespace("http", builtins::http::http_namespace);
+        }
+        if has(Capability::Concur) {
+            globals = globals.with_namespace("concur", builtins::concur::concur_namespace);
         }
         if has(Capability::Unprovided) {
             globals = globals.with(builtins::unprovided::unprovided_modules);

@@ -21,7 +21,6 @@ pub const UNPROVIDED: &[&str] = &[
     "table",
     "inventory",
     "io",
-    "concur",
 ];
 
 /// What a script hears when it uses one of them.
