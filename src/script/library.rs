@@ -189,7 +189,7 @@ impl Library {
                 .with(fs::fs_globals);
         }
         if has(Capability::Http) {
-            globals = globals.with_namespace("http", builtins::http::http_namespace);
+            globals = globals.with_namespace("http", builtins::http::namespace);
         }
         if has(Capability::Concur) {
             globals = globals.with_namespace("concur", builtins::concur::concur_namespace);

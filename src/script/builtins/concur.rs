@@ -307,7 +307,7 @@ pub fn concur_namespace(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::testing::{eval, eval_cancellable};
 
     #[test]
     fn results_keep_their_order_and_shape() {
@@ -392,8 +392,9 @@ mod tests {
         // made. The caller goes on.
         let code = "def spin(x):\n    if x == 1:\n        for _ in range(100000000):\n            pass\n    return x\n\
                     [r.error for r in concur.map([1, 2], spin, timeout = \"50ms\", on_error = \"continue\")]";
+        let none = crate::script::permissions::Permissions::none();
         assert_eq!(
-            eval(code).unwrap(),
+            eval_cancellable(none, code).unwrap(),
             "[\"timeout exceeded\", \"timeout exceeded\"]"
         );
     }
