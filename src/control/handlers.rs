@@ -298,7 +298,8 @@ pub fn call<T>(
                     over_memory.store(true, Ordering::Relaxed);
                     return true;
                 }
-                late || stop.is_set()
+                // A builtin's narrower budget (`budget::within`) cancels too.
+                late || stop.is_set() || budget::check().is_err()
             }));
             module.frozen_heap().add_reference(f.owner());
             // SAFETY: the module's frozen heap now references `f`'s heap, so the frozen

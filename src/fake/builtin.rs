@@ -104,11 +104,10 @@ pub fn fake_method(builder: &mut MethodsBuilder) {
         };
         let session = {
             let _entered = host.runtime.enter();
-            Arc::new(Session::from_client(
-                cluster.client(namespace),
-                namespace.to_owned(),
-                false,
-            ))
+            Arc::new(
+                Session::from_client(cluster.client(namespace), namespace.to_owned(), false)
+                    .with_immediate_events(),
+            )
         };
         let sessions = host.ext::<SessionCell>();
         sessions.insert(key.clone(), session.clone());

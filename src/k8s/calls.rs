@@ -262,7 +262,7 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
         let prepared = event::prepare(&call.session, &obj, &spec)
             .map_err(|e| anyhow::anyhow!("k8s.event: {e}"))?;
         // A fake cluster is in memory: written at once, so a test sees it right after.
-        if wait || call.offline {
+        if wait || call.offline || call.session.immediate_events {
             let out = call.run(event::write(&call.session, &prepared, 1))?;
             return Ok(to_starlark(eval.heap(), &out));
         }

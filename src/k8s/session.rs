@@ -81,6 +81,9 @@ pub struct Session {
     /// The background writer of this identity's Events ([`Session::recorder`]), shared
     /// with the sessions derived from it.
     recorder: Arc<OnceLock<super::recorder::Recorder>>,
+    /// Its Events are written at once, never in the background: a fake cluster's (in
+    /// memory, and a test looks at them right after the reconcile).
+    pub immediate_events: bool,
 }
 
 impl Session {
@@ -110,6 +113,7 @@ impl Session {
             dry_run: self.dry_run,
             instance: self.instance.clone(),
             recorder: Arc::default(),
+            immediate_events: self.immediate_events,
         }
     }
 
@@ -136,6 +140,7 @@ impl Session {
             dry_run: defaults.dry_run,
             instance: None,
             recorder: Arc::default(),
+            immediate_events: false,
         })
     }
 
@@ -153,6 +158,7 @@ impl Session {
             dry_run: self.dry_run,
             instance: self.instance.clone(),
             recorder: self.recorder.clone(),
+            immediate_events: self.immediate_events,
         }
     }
 
@@ -171,7 +177,15 @@ impl Session {
             dry_run,
             instance: None,
             recorder: Arc::default(),
+            immediate_events: false,
         }
+    }
+
+    /// The same, writing its Events at once (a fake cluster's).
+    #[must_use]
+    pub fn with_immediate_events(mut self) -> Self {
+        self.immediate_events = true;
+        self
     }
 }
 

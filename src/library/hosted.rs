@@ -41,6 +41,7 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Vars,
     // Not: Files, Os, Http (this machine's files, processes, environment and network),
     // Formats (csv/gzip/zip read and write files), Terminal (io reads stdin),
+    // Concur (batches that wait as long as their calls; not reviewed for hosting),
     // Unprovided (they only fail).
 ];
 

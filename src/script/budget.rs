@@ -127,6 +127,29 @@ pub fn scope<T>(budget: Budget, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// Runs `f` under a budget that ends `limit` from now, or with the outer one if that
+/// ends first, stopped when the outer one is: a part of a call with a shorter time of
+/// its own (one `concur` batch, one request to a script's HTTP server).
+pub fn within<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
+    let outer = current();
+    let now = Instant::now();
+    // A limit past the clock's range is no limit: the outer budget (or a century).
+    let mut deadline = now
+        .checked_add(limit)
+        .or_else(|| now.checked_add(Duration::from_hours(100 * 365 * 24)))
+        .unwrap_or(now);
+    if let Some(o) = &outer {
+        deadline = deadline.min(o.deadline);
+    }
+    scope(
+        Budget {
+            deadline,
+            stop: outer.and_then(|o| o.stop),
+        },
+        f,
+    )
+}
+
 /// The budget of the call running on this thread, if any.
 pub fn current() -> Option<Budget> {
     CURRENT.with(|c| c.borrow().clone())

@@ -77,13 +77,16 @@ pub enum Capability {
     /// The process and its machine: `os` and its global aliases (behind `--allow-env`,
     /// `--allow-exec`).
     Os,
-    /// Outbound HTTP: `http` (behind `--allow-net`).
+    /// HTTP: the `http` client and server (behind `--allow-net`).
     Http,
     /// Data formats and archives: `csv`, `gzip`, `zip` (what reads or writes a file is
     /// behind `--allow-fs`) and `table`. Not hosted: mostly files of this machine.
     Formats,
     /// Questions on kite's terminal: `io` (behind `--allow-env`; reads stdin).
     Terminal,
+    /// `concur`: batches of calls to the script's own functions (made in turn on its
+    /// thread), which wait as long as their calls do.
+    Concur,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -102,6 +105,7 @@ impl Capability {
         Capability::Http,
         Capability::Formats,
         Capability::Terminal,
+        Capability::Concur,
         Capability::Unprovided,
     ];
 }
@@ -207,7 +211,10 @@ impl Library {
                 .with(fs::fs_globals);
         }
         if has(Capability::Http) {
-            globals = globals.with_namespace("http", builtins::http::http_namespace);
+            globals = globals.with_namespace("http", builtins::http::namespace);
+        }
+        if has(Capability::Concur) {
+            globals = globals.with_namespace("concur", builtins::concur::concur_namespace);
         }
         if has(Capability::Formats) {
             globals = globals

@@ -128,7 +128,8 @@ fn evaluate(
                         over_memory.set(true);
                         return true;
                     }
-                    deadline.is_some_and(|d| Instant::now() >= d)
+                    // A builtin's narrower budget (`budget::within`) cancels too.
+                    deadline.is_some_and(|d| Instant::now() >= d) || budget::check().is_err()
                 }));
                 eval.eval_module(ast, host.library.globals()).and_then(|_| {
                     let main = module.get("main").filter(|m| m.get_type() == "function");

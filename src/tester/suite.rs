@@ -181,7 +181,8 @@ fn run_case(ast: &AstModule, dir: &Path, name: &str, settings: &Settings) -> Ran
                     over_memory.set(true);
                     return true;
                 }
-                Instant::now() >= deadline
+                // A builtin's narrower budget (`budget::within`) cancels too.
+                Instant::now() >= deadline || budget::check().is_err()
             }));
             eval.eval_module(ast.clone(), settings.library.globals())?;
             let mut call = |f: &str| match module.get(f).filter(|v| v.get_type() == "function") {

@@ -105,11 +105,14 @@ impl Driver {
         let session = {
             // kube's client spawns its request buffer on the runtime.
             let _entered = runtime.enter();
-            Arc::new(Session::from_client(
-                fake.client(default_namespace),
-                default_namespace.to_owned(),
-                false,
-            ))
+            Arc::new(
+                Session::from_client(
+                    fake.client(default_namespace),
+                    default_namespace.to_owned(),
+                    false,
+                )
+                .with_immediate_events(),
+            )
         };
         host.ext::<SessionCell>().pin(session.clone());
         let finished = crate::script::run::run(path, &host).map_err(|e| Error::LoadScript {

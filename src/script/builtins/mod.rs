@@ -2,6 +2,7 @@
 
 pub mod archive;
 pub mod base64;
+pub mod concur;
 pub mod csv;
 pub mod fmt;
 pub mod fs;
@@ -42,18 +43,31 @@ pub(crate) mod testing {
     }
 
     fn run(vars: Vars, permissions: Permissions, code: &str) -> Result<String, String> {
-        run_as(vars, permissions, None, code)
+        run_as(vars, permissions, None, false, code)
+    }
+
+    /// Runs `code` with `permissions`, cancelled as the runners cancel a script once
+    /// the budget on this thread (a builtin's narrower one too) has run out.
+    pub fn eval_cancellable(permissions: Permissions, code: &str) -> Result<String, String> {
+        run_as(Vars::default(), permissions, None, true, code)
     }
 
     /// Runs `code` as a hosted controller named `name` prints and logs.
     pub fn eval_hosted(name: &str, code: &str) -> Result<String, String> {
-        run_as(Vars::default(), Permissions::default(), Some(name), code)
+        run_as(
+            Vars::default(),
+            Permissions::default(),
+            Some(name),
+            false,
+            code,
+        )
     }
 
     fn run_as(
         vars: Vars,
         permissions: Permissions,
         hosted: Option<&str>,
+        cancellable: bool,
         code: &str,
     ) -> Result<String, String> {
         // Multi-threaded: a handle drives timers (time.sleep, retry) only on one.
@@ -72,6 +86,10 @@ pub(crate) mod testing {
                 .map_err(|e| e.to_string())?;
             let mut eval = Evaluator::new(&module);
             eval.extra = Some(&host);
+            if cancellable {
+                // As the runners do: a builtin's narrower budget cancels evaluation.
+                eval.set_check_cancelled(Box::new(|| crate::script::budget::check().is_err()));
+            }
             eval.eval_module(ast, host.library.globals())
                 .map(starlark::values::Value::to_repr)
                 .map_err(|e| e.to_string())

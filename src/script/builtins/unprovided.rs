@@ -11,7 +11,7 @@ use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, starlark_value};
 
 /// Upstream modules that kite leaves out: remote shells, LLM clients and the like have
 /// no place in a controller.
-pub const UNPROVIDED: &[&str] = &["ssh", "ai", "mcp", "inventory", "concur"];
+pub const UNPROVIDED: &[&str] = &["ssh", "ai", "mcp", "inventory"];
 
 /// What a script hears when it uses one of them.
 pub fn message(module: &str, attr: Option<&str>) -> String {

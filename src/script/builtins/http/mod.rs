@@ -4,11 +4,12 @@
 //! # Caveats
 //! A `body` that is a dict (or list, struct, ...) is sent as JSON with
 //! `Content-Type: application/json` unless the call names a content type; bytes and
-//! strings go as they are. Response bodies over 64 MiB are refused. Upstream's server
-//! (`http.server`, `http.serve`) is not provided: calling it fails saying so.
+//! strings go as they are. Response bodies over 64 MiB are refused. While a request
+//! waits, the handlers of the script's own servers run ([`server`]).
 
 pub mod client;
 pub mod response;
+pub mod server;
 #[cfg(test)]
 mod tests;
 pub mod url;
@@ -17,14 +18,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::Method;
-use starlark::collections::SmallMap;
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
 use starlark::values::bytes::StarlarkBytes;
 use starlark::values::dict::DictRef;
 use starlark::values::none::NoneOr;
-use starlark::values::tuple::UnpackTuple;
 use starlark::values::{Heap, Value, ValueLike};
 
 use self::client::{Outgoing, Pool};
@@ -74,7 +73,8 @@ impl<'v> Call<'v> {
         let req = self
             .outgoing(&pool)
             .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let reply = crate::script::budget::block_on(&host.runtime, pool.send(req))
+        // The script may be calling its own `http.server`: serve it meanwhile.
+        let reply = server::dispatch::wait(eval, &host.runtime, pool.send(req))
             .map_err(|e| anyhow::anyhow!("{name}: {e}"))?
             .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         Ok(eval.heap().alloc(Response(reply)))
@@ -179,12 +179,10 @@ fn encode_body(v: Value) -> Result<(Option<Bytes>, bool), String> {
     Ok((Some(Bytes::from(text)), true))
 }
 
-/// What `http.server` and `http.serve` say.
-fn no_server(name: &str) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{name}: kite does not provide upstream Starkite's HTTP server (kite runs controllers; \
-         its own health and metrics server is built in); see the README's compatibility table"
-    )
+/// The `http` namespace: the client's functions and the server's.
+pub fn namespace(builder: &mut GlobalsBuilder) {
+    http_namespace(builder);
+    server::server_functions(builder);
 }
 
 #[starlark_module]
@@ -339,21 +337,5 @@ pub fn http_namespace(builder: &mut GlobalsBuilder) {
             }
         });
         Ok(starlark::values::none::NoneType)
-    }
-
-    /// Upstream's HTTP server; kite does not provide it.
-    fn server<'v>(
-        #[starlark(args)] _args: UnpackTuple<Value<'v>>,
-        #[starlark(kwargs)] _kwargs: SmallMap<String, Value<'v>>,
-    ) -> anyhow::Result<starlark::values::none::NoneType> {
-        Err(no_server("http.server"))
-    }
-
-    /// Upstream's quick-start HTTP server; kite does not provide it.
-    fn serve<'v>(
-        #[starlark(args)] _args: UnpackTuple<Value<'v>>,
-        #[starlark(kwargs)] _kwargs: SmallMap<String, Value<'v>>,
-    ) -> anyhow::Result<starlark::values::none::NoneType> {
-        Err(no_server("http.serve"))
     }
 }

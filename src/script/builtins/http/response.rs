@@ -69,10 +69,10 @@ fn response_methods(builder: &mut MethodsBuilder) {
         Ok(reply_of(this)?.status_text.clone())
     }
 
-    /// The body as text.
+    /// The body as bytes, as upstream's (`get_text()` decodes it).
     #[starlark(attribute)]
-    fn body(#[starlark(this)] this: Value) -> anyhow::Result<String> {
-        Ok(text(reply_of(this)?))
+    fn body<'v>(#[starlark(this)] this: Value<'v>, heap: Heap<'v>) -> anyhow::Result<Value<'v>> {
+        Ok(heap.alloc(reply_of(this)?.body.as_ref()))
     }
 
     /// The headers, by canonical name (`Content-Type`); a repeated header is a list.
