@@ -56,7 +56,7 @@ pub struct Builder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
     /// The Starlark language's own functions, `struct`, `map`, `filter`, `partial`,
-    /// `debug` and `set`: pure.
+    /// `debug`, `set`, and upstream's `Result(ok, value, error)`: pure.
     Language,
     /// `print`, `fmt` and its `printf`/`println`/`sprintf` globals: text to the run's
     /// printer (a hosted controller's goes to the operator's log, tagged with it).
@@ -68,7 +68,8 @@ pub enum Capability {
     Log,
     /// `time` and `retry`: the clock, and waits that end with the call's time budget.
     Time,
-    /// `var_str`, `var_int`, `var_bool`, `var_float`: the run's own variables.
+    /// `var_str`, `var_int`, `var_bool`, `var_float`, `var_names`, `var_list`, `var_dict`
+    /// and the `vars` module: the run's own variables.
     Vars,
     /// Files of this machine: `fs`, `hash.file`, `yaml.file`, `yaml.source`,
     /// `template.file` (each also behind `--allow-fs`).
@@ -124,6 +125,8 @@ impl Library {
         }
         let mut globals = if has(Capability::Language) {
             GlobalsBuilder::extended_by(&extensions)
+                .with(builtins::lang::lang_globals)
+                .with(super::outcome::result_global)
         } else {
             let mut b = GlobalsBuilder::new();
             for e in extensions {
@@ -172,7 +175,9 @@ impl Library {
                 .with_namespace("retry", builtins::retry::retry_namespace);
         }
         if has(Capability::Vars) {
-            globals = globals.with(builtins::vars::var_builtins);
+            globals = globals
+                .with(builtins::vars::var_builtins)
+                .with_namespace("vars", builtins::vars::vars_namespace);
         }
         if has(Capability::Os) {
             globals = globals

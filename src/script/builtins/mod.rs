@@ -6,6 +6,7 @@ pub mod fs;
 pub mod hash;
 pub mod http;
 pub mod json;
+pub mod lang;
 pub mod log;
 pub mod os;
 pub mod regexp;
