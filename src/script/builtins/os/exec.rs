@@ -148,13 +148,23 @@ fn id(call: &str, what: &str, v: NoneOr<Value<'_>>) -> anyhow::Result<Option<u32
     })
 }
 
-/// Bytes for a program's stdin: a string, or a list of integers 0..255.
+/// Bytes for a program's stdin or a file: `bytes`, a string, or a list of integers
+/// 0..255.
 pub(crate) fn bytes(v: Value<'_>) -> Result<Vec<u8>, String> {
+    if let Some(b) =
+        starlark::values::ValueLike::downcast_ref::<starlark::values::bytes::StarlarkBytes>(v)
+    {
+        return Ok(b.as_bytes().to_vec());
+    }
     if let Some(s) = v.unpack_str() {
         return Ok(s.as_bytes().to_vec());
     }
-    let list = starlark::values::list::ListRef::from_value(v)
-        .ok_or_else(|| format!("expected a string or a list of bytes, not {}", v.get_type()))?;
+    let list = starlark::values::list::ListRef::from_value(v).ok_or_else(|| {
+        format!(
+            "expected bytes, a string or a list of integers 0..255, not {}",
+            v.get_type()
+        )
+    })?;
     list.content()
         .iter()
         .enumerate()

@@ -221,7 +221,7 @@ fn chdir(eval: &Evaluator<'_, '_, '_>, path: &str) -> anyhow::Result<()> {
     let target = overlay.resolve(Path::new(path));
     let dir = target
         .canonicalize()
-        .map_err(|e| anyhow::anyhow!("os.chdir: {}: {e}", target.display()))?;
+        .map_err(|e| super::fs::failed("os.chdir", &target, e))?;
     if !dir.is_dir() {
         anyhow::bail!("os.chdir: {}: not a directory", dir.display());
     }
@@ -488,6 +488,10 @@ fn os_functions(builder: &mut GlobalsBuilder) {
 
 /// A value as the text a child process gets (strings as-is, others as `str()`).
 fn text_of(v: Value<'_>) -> String {
+    if let Some(p) = v.downcast_ref::<super::fs::Path>() {
+        // A Path's str() is `path("...")`; a program wants the path itself.
+        return p.0.clone();
+    }
     v.unpack_str()
         .map_or_else(|| v.to_value().to_str(), str::to_owned)
 }

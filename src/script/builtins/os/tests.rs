@@ -75,7 +75,7 @@ fn chdir_moves_the_scripts_directory_only() {
     assert_eq!(std::env::current_dir().unwrap(), before);
     let e = eval_allowing("os.chdir('/nonexistent/kite/dir')").unwrap_err();
     assert!(
-        e.contains("os.chdir: /nonexistent/kite/dir: No such file"),
+        e.contains("os.chdir: /nonexistent/kite/dir: no such file"),
         "{e}"
     );
     let r = eval_allowing("os.try_chdir('/nonexistent/kite/dir').ok").unwrap();
@@ -261,7 +261,10 @@ fn upstreams_global_aliases_and_try_forms() {
         "[username() == os.username(), username() == user.name(), userid() == user.id(), groupid() == user.gid(), home() == user.home(), pid() == os.pid(), ppid() > 0, which('sh') == os.which('sh'), which('kite-no-such-program')]",
     )
     .unwrap();
-    assert_eq!(out, "[True, True, True, True, True, True, True, True, None]");
+    assert_eq!(
+        out,
+        "[True, True, True, True, True, True, True, True, None]"
+    );
     let dir = temp_dir("alias-chdir");
     let out = eval_allowing(&format!(
         "chdir({:?})\nr = os.try_cwd()\n(r.ok, r.value == cwd(), type(r), os.try_hostname().ok, os.try_pid().value == pid())",
