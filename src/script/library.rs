@@ -75,7 +75,7 @@ pub enum Capability {
     /// `template.file` (each also behind `--allow-fs`).
     Files,
     /// The process and its machine: `os` and its global aliases (behind `--allow-env`,
-    /// `--allow-exec`).
+    /// `--allow-exec`), and `runtime` (the platform's facts).
     Os,
     /// Outbound HTTP: `http` (behind `--allow-net`).
     Http,
@@ -182,7 +182,8 @@ impl Library {
         if has(Capability::Os) {
             globals = globals
                 .with_namespace("os", os::os_namespace)
-                .with(os::os_globals);
+                .with(os::os_globals)
+                .with_namespace("runtime", builtins::runtime::runtime_namespace);
         }
         if has(Capability::Files) {
             globals = globals

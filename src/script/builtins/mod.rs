@@ -11,6 +11,7 @@ pub mod log;
 pub mod os;
 pub mod regexp;
 pub mod retry;
+pub mod runtime;
 pub mod strings;
 pub mod template;
 pub mod time;
