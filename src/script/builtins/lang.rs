@@ -10,7 +10,7 @@ const BUILTIN: &str = "builtin_function_or_method";
 
 /// The spec's name for `v`'s type: as starlark-rust's, except that only a `def` or a
 /// `lambda` is a "function"; builtins and bound methods are "builtin_function_or_method".
-fn type_name<'v>(v: Value<'v>) -> &'v str {
+fn type_name(v: Value<'_>) -> &str {
     let name = v.get_type();
     // starlark-rust knows the parameters of exactly the script's own functions.
     if name == "function" && v.parameters_spec().is_none() {
