@@ -40,7 +40,8 @@ pub const CAPABILITIES: &[Capability] = &[
     // var_*: the StarlarkController's own spec.vars.
     Capability::Vars,
     // Not: Files, Os, Http (this machine's files, processes, environment and network),
-    // Unprovided (they only fail).
+    // Lifecycle (the process's signals; a handler's run is the operator's), Unprovided
+    // (they only fail).
 ];
 
 /// The edition of `k8s` hosted scripts get: the cluster calls (each one impersonated)

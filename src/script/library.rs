@@ -79,6 +79,9 @@ pub enum Capability {
     Os,
     /// Outbound HTTP: `http` (behind `--allow-net`).
     Http,
+    /// `defer` and `on_signal`: cleanup at the end of a script's own run, and the
+    /// process's signals (a hosted script's run is the operator's).
+    Lifecycle,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -95,6 +98,7 @@ impl Capability {
         Capability::Files,
         Capability::Os,
         Capability::Http,
+        Capability::Lifecycle,
         Capability::Unprovided,
     ];
 }
@@ -192,6 +196,9 @@ impl Library {
         }
         if has(Capability::Http) {
             globals = globals.with_namespace("http", builtins::http::http_namespace);
+        }
+        if has(Capability::Lifecycle) {
+            globals = globals.with(builtins::lifecycle::lifecycle_globals);
         }
         if has(Capability::Unprovided) {
             globals = globals.with(builtins::unprovided::unprovided_modules);

@@ -7,6 +7,7 @@ pub mod hash;
 pub mod http;
 pub mod json;
 pub mod lang;
+pub mod lifecycle;
 pub mod log;
 pub mod os;
 pub mod regexp;
