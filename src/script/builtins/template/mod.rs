@@ -165,7 +165,11 @@ fn read_file(eval: &Evaluator<'_, '_, '_>, call: &str, path: &str) -> Result<Str
     Host::of(eval)
         .and_then(|h| h.allow(call, Access::Fs))
         .map_err(|e| e.to_string())?;
-    std::fs::read_to_string(path).map_err(|e| format!("{call}: {path}: {e}"))
+    std::fs::read_to_string(path).map_err(|e| {
+        // As every file error reads: "no such file or directory", Go's words.
+        let e = crate::script::builtins::fs::go_error(&e.to_string());
+        format!("{call}: {path}: {e}")
+    })
 }
 
 fn text_of_bytes(call: &str, data: Value) -> Result<String, String> {
