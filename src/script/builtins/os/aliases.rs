@@ -113,7 +113,7 @@ fn alias_functions(builder: &mut GlobalsBuilder) {
         hostname()
     }
 
-    /// `os.cwd`: the script's working directory (needs `--allow-fs`).
+    /// `os.cwd`: the script's working directory.
     fn cwd(eval: &mut Evaluator<'_, '_, '_>) -> anyhow::Result<String> {
         cwd(eval, "cwd")
     }
