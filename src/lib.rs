@@ -103,6 +103,7 @@ pub use k8s::session::{KubeOptions, connect_config};
 pub use library::hosted::check as check_hosted;
 pub use library::library;
 pub use lsp::serve as serve_lsp;
+pub use script::builtins::lifecycle::{Signals, run_deferred_frozen};
 pub use script::builtins::os::ScriptExit;
 pub use script::check::check;
 pub use script::host::{Handoff, Host, Limits};

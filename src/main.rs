@@ -317,6 +317,8 @@ fn run(args: RunArgs) -> ExitCode {
     let kube = kube_options(&args.cluster, args.dry_run);
     let mut host = Host::new(library(), vars, permissions, runtime.handle().clone()).with(kube);
     host.limits.memory = (args.script_memory as usize) << 20;
+    // `on_signal` handlers get the signals of a `kite run` (not of `kite test`).
+    host.ext::<kite::Signals>().deliver();
     let host = Arc::new(host);
     // The script runs on this thread, which is not a runtime worker, so builtins may
     // block on the runtime.
@@ -338,7 +340,10 @@ fn run(args: RunArgs) -> ExitCode {
                 health_bind: args.health_bind,
                 script: args.file.clone(),
             };
-            serve_webhook(host.clone(), handoff, module, positions, opts)
+            let script = module.clone();
+            let code = serve_webhook(host.clone(), handoff, module, positions, opts);
+            run_deferred(&script, &host);
+            code
         }
         Ok(Finished::HandedOff {
             handoff,
@@ -346,7 +351,7 @@ fn run(args: RunArgs) -> ExitCode {
             positions,
             ..
         }) => match ControlRequest::from_handoff(handoff)
-            .and_then(|request| Ok((request, Handlers::of_script(module, positions)?)))
+            .and_then(|request| Ok((request, Handlers::of_script(module.clone(), positions)?)))
         {
             // Rendered like a script error, with its exit code.
             Err(rendered) => {
@@ -360,7 +365,9 @@ fn run(args: RunArgs) -> ExitCode {
                     health_bind: args.health_bind,
                     script: args.file.clone(),
                 };
-                match kite::run_standalone(host.clone(), request, handlers, opts) {
+                let ran = kite::run_standalone(host.clone(), request, handlers, opts);
+                run_deferred(&module, &host);
+                match ran {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("error: {e}");
@@ -379,6 +386,13 @@ fn run(args: RunArgs) -> ExitCode {
     drop(host);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     code
+}
+
+/// The `defer`red functions of a script whose controller or webhook has stopped.
+fn run_deferred(module: &kite::FrozenModule, host: &Host) {
+    for e in kite::run_deferred_frozen(module, host) {
+        eprintln!("warning: a deferred function failed: {e}");
+    }
 }
 
 /// `kite dev` (alias `kite watch`): the reload loop, until SIGINT or SIGTERM.

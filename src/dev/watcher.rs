@@ -126,8 +126,13 @@ pub fn sources(script: &Path, library: &Library, extra: &[PathBuf]) -> Vec<PathB
             {
                 continue;
             }
-            let relative = Path::new(id.strip_prefix("./").unwrap_or(id));
-            todo.push(canonical(&dir.join(relative)));
+            let files = crate::script::loader::files_of(&dir, id);
+            if files.is_empty() {
+                // Not there yet: watched, so that creating it reloads.
+                let relative = Path::new(id.strip_prefix("./").unwrap_or(id));
+                todo.push(canonical(&dir.join(relative)));
+            }
+            todo.extend(files);
         }
     }
     found.extend(extra.iter().map(|p| canonical(p)));

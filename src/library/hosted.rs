@@ -42,7 +42,8 @@ pub const CAPABILITIES: &[Capability] = &[
     // Not: Files, Os, Http (this machine's files, processes, environment and network),
     // Formats (csv/gzip/zip read and write files), Terminal (io reads stdin),
     // Concur (batches that wait as long as their calls; not reviewed for hosting),
-    // Unprovided (they only fail).
+    // Lifecycle (the process's signals; a handler's run is the operator's), Unprovided
+    // (they only fail).
 ];
 
 /// The edition of `k8s` hosted scripts get: the cluster calls (each one impersonated)

@@ -55,16 +55,19 @@ impl Source {
                 if let StmtP::Load(load) = &stmt.node
                     && load.module.node != "k8s"
                 {
-                    let p = Path::new(&load.module.node);
-                    let joined = if p.is_absolute() {
-                        p.to_path_buf()
-                    } else {
-                        dir.join(p)
-                    };
-                    pending.push(joined.canonicalize().map_err(|source| Error::Read {
-                        path: joined.clone(),
-                        source,
-                    })?);
+                    // A file, or every file of a module directory, as load() finds them.
+                    let files = crate::script::loader::files_of(&dir, &load.module.node);
+                    if files.is_empty() {
+                        let joined = dir.join(&load.module.node);
+                        return Err(Error::Read {
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::NotFound,
+                                "no such file or module directory",
+                            ),
+                            path: joined,
+                        });
+                    }
+                    pending.extend(files);
                 }
             }
             let rel = if let Ok(r) = file.strip_prefix(&base) {
@@ -146,6 +149,8 @@ pub struct Index<'a> {
     pub defs: HashMap<String, Vec<(usize, &'a DefP<AstNoPayload>)>>,
     /// Top-level `NAME = expr` assignments, across modules.
     pub globals: HashMap<String, Vec<&'a AstExpr>>,
+    /// Names `load()` binds: a call `name.f()` may be a loaded module value's `f`.
+    pub loaded: HashSet<String>,
 }
 
 impl<'a> Index<'a> {
@@ -153,6 +158,7 @@ impl<'a> Index<'a> {
         let mut defs: HashMap<String, Vec<_>> = HashMap::new();
         let mut globals: HashMap<String, Vec<_>> = HashMap::new();
         let mut aliases = Vec::new();
+        let mut loaded = HashSet::new();
         for (i, m) in source.modules.iter().enumerate() {
             for stmt in top_level(m.ast.statement()) {
                 match &stmt.node {
@@ -169,7 +175,11 @@ impl<'a> Index<'a> {
                         }
                     }
                     StmtP::Load(load) => {
+                        let library = matches!(load.module.node.as_str(), "k8s" | "@kite//k8s");
                         for arg in &load.args {
+                            if !library {
+                                loaded.insert(arg.local.node.ident.clone());
+                            }
                             if arg.local.node.ident != arg.their.node {
                                 aliases
                                     .push((arg.local.node.ident.clone(), arg.their.node.clone()));
@@ -185,7 +195,11 @@ impl<'a> Index<'a> {
                 defs.entry(local).or_default().extend(d);
             }
         }
-        Index { defs, globals }
+        Index {
+            defs,
+            globals,
+            loaded,
+        }
     }
 
     /// The functions reachable from `roots`: named there, or named by a reachable function.
@@ -196,10 +210,17 @@ impl<'a> Index<'a> {
     ) -> Vec<(usize, &'a DefP<AstNoPayload>)> {
         let mut seen: HashSet<String> = HashSet::new();
         let mut work: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let note = |e: &AstExpr, work: &mut Vec<String>| {
-            if let ExprP::Identifier(id) = &e.node {
-                work.push(id.node.ident.clone());
+        let note = |e: &AstExpr, work: &mut Vec<String>| match &e.node {
+            ExprP::Identifier(id) => work.push(id.node.ident.clone()),
+            // `greeter.greet`: a loaded module value's function, found by its name.
+            ExprP::Dot(obj, attr) => {
+                if let ExprP::Identifier(id) = &obj.node
+                    && self.loaded.contains(&id.node.ident)
+                {
+                    work.push(attr.node.clone());
+                }
             }
+            _ => {}
         };
         for root in roots {
             each_subexpr(root, &mut |e| note(e, &mut work));

@@ -252,6 +252,16 @@ impl Host {
             .is_some_and(|h| !h.is_empty())
     }
 
+    /// True once a builtin has handed over something that is not a `T` (what starts
+    /// once the top level ends: a controller, a webhook).
+    pub fn handed_off_besides<T: Any>(&self) -> bool {
+        self.handoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|h| h.0.iter().any(|v| (**v).type_id() != TypeId::of::<T>()))
+    }
+
     /// True while builtins may still hand over (the top level has not ended).
     pub fn accepts_handoff(&self) -> bool {
         self.handoff

@@ -56,7 +56,8 @@ pub struct Builder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
     /// The Starlark language's own functions (`type` naming builtins as Go's Starlark
-    /// does), `struct`, `map`, `filter`, `partial`, `debug` and `set`: pure.
+    /// does), `struct`, `map`, `filter`, `partial`, `debug`, `set`, and upstream's
+    /// `Result(ok, value, error)`: pure.
     Language,
     /// `print`, `fmt` and its `printf`/`println`/`sprintf` globals: text to the run's
     /// printer (a hosted controller's goes to the operator's log, tagged with it).
@@ -68,14 +69,15 @@ pub enum Capability {
     Log,
     /// `time` and `retry`: the clock, and waits that end with the call's time budget.
     Time,
-    /// `var_str`, `var_int`, `var_bool`, `var_float`: the run's own variables.
+    /// `var_str`, `var_int`, `var_bool`, `var_float`, `var_names`, `var_list`, `var_dict`
+    /// and the `vars` module: the run's own variables.
     Vars,
     /// Files of this machine: `fs`, `hash.file`, `yaml.file`, `yaml.source`,
     /// `json.file`, `json.source`, `base64.file`, `template.file` (each also behind
     /// `--allow-fs`).
     Files,
     /// The process and its machine: `os` and its global aliases (behind `--allow-env`,
-    /// `--allow-exec`).
+    /// `--allow-exec`), and `runtime` (the platform's facts).
     Os,
     /// HTTP: the `http` client and server (behind `--allow-net`).
     Http,
@@ -87,6 +89,9 @@ pub enum Capability {
     /// `concur`: batches of calls to the script's own functions (made in turn on its
     /// thread), which wait as long as their calls do.
     Concur,
+    /// `defer` and `on_signal`: cleanup at the end of a script's own run, and the
+    /// process's signals (a hosted script's run is the operator's).
+    Lifecycle,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -106,6 +111,7 @@ impl Capability {
         Capability::Formats,
         Capability::Terminal,
         Capability::Concur,
+        Capability::Lifecycle,
         Capability::Unprovided,
     ];
 }
@@ -135,7 +141,7 @@ impl Library {
             extensions.push(LibraryExtension::Print);
         }
         let mut globals = if has(Capability::Language) {
-            GlobalsBuilder::extended_by(&extensions)
+            GlobalsBuilder::extended_by(&extensions).with(super::outcome::result_global)
         } else {
             let mut b = GlobalsBuilder::new();
             for e in extensions {
@@ -198,12 +204,15 @@ impl Library {
                 .with_namespace("retry", builtins::retry::retry_namespace);
         }
         if has(Capability::Vars) {
-            globals = globals.with(builtins::vars::var_builtins);
+            globals = globals
+                .with(builtins::vars::var_builtins)
+                .with_namespace("vars", builtins::vars::vars_namespace);
         }
         if has(Capability::Os) {
             globals = globals
                 .with_namespace("os", os::os_namespace)
-                .with(os::os_globals);
+                .with(os::os_globals)
+                .with_namespace("runtime", builtins::runtime::runtime_namespace);
         }
         if has(Capability::Files) {
             globals = globals
@@ -225,6 +234,9 @@ impl Library {
         }
         if has(Capability::Terminal) {
             globals = globals.with_namespace("io", builtins::io::io_namespace);
+        }
+        if has(Capability::Lifecycle) {
+            globals = globals.with(builtins::lifecycle::lifecycle_globals);
         }
         if has(Capability::Unprovided) {
             globals = globals.with(builtins::unprovided::unprovided_modules);

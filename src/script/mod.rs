@@ -10,6 +10,7 @@ pub mod journal;
 pub mod json;
 pub mod library;
 pub mod lint;
+pub mod loaded;
 pub mod loader;
 pub mod memory;
 pub mod outcome;

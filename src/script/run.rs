@@ -1,13 +1,19 @@
 //! `kite run`: parse a script, evaluate it, call `main()` if it defines one and never
 //! calls it, and report errors with file:line:col, the source snippet and a traceback.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use starlark::environment::{FrozenModule, Module};
 use starlark::eval::Evaluator;
 use starlark::syntax::AstModule;
 
+use super::budget::Cancel;
+use super::builtins::lifecycle::{self, Signals};
+use super::builtins::os::ScriptExit;
 use super::host::Host;
 use super::loader::{LoadCache, Loader, dialect, display_name};
 use super::syntax;
@@ -26,6 +32,9 @@ pub enum Error {
     /// fully rendered diagnostic.
     #[error("{0}")]
     Script(String),
+    /// A signal the script handles (`on_signal`) stopped it (exit code 128 + its number).
+    #[error("{}: the script was stopped", lifecycle::signal_name(*.0))]
+    Signal(i32),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -36,6 +45,7 @@ impl Error {
         match self {
             Error::ReadScript { .. } => 2,
             Error::Script(_) => 1,
+            Error::Signal(signo) => u8::try_from(128 + signo).unwrap_or(1),
         }
     }
 }
@@ -111,7 +121,12 @@ fn evaluate(
         cache: &cache,
         host,
     };
-    let over_memory = std::cell::Cell::new(false);
+    let over_memory = Cell::new(false);
+    // A signal the script handles stops it (see `lifecycle`); its cleanup then runs
+    // within a grace period of its own.
+    let caught = host.ext::<Signals>().flag();
+    let cleaning = Arc::new(AtomicBool::new(false));
+    let grace: Cell<Option<Instant>> = Cell::new(None);
     let evaluate = || {
         Module::with_temp_heap(|module| -> starlark::Result<Option<FrozenModule>> {
             let evaluated = {
@@ -119,25 +134,35 @@ fn evaluate(
                 eval.extra = Some(host);
                 eval.set_loader(&loader);
                 eval.set_print_handler(&host.printer);
+                lifecycle::open(&module);
                 // Only fails when already set, which it is not on a new evaluator.
                 let _ = eval.set_max_heap_size(host.limits.memory);
                 // Memory outside Starlark's heap (a dict's table) is checked here too.
                 let over_memory = &over_memory;
+                let (signal, cleaned, grace) = (caught.clone(), cleaning.clone(), &grace);
                 eval.set_check_cancelled(Box::new(move || {
                     if memory::exhausted() {
                         over_memory.set(true);
                         return true;
                     }
+                    if let Some(g) = grace.get() {
+                        return Instant::now() >= g;
+                    }
+                    let signalled = signal.load(Ordering::Relaxed) != 0;
                     // A builtin's narrower budget (`budget::within`) cancels too.
-                    deadline.is_some_and(|d| Instant::now() >= d) || budget::check().is_err()
+                    (signalled && !cleaned.load(Ordering::Relaxed))
+                        || deadline.is_some_and(|d| Instant::now() >= d)
+                        || budget::check().is_err()
                 }));
-                eval.eval_module(ast, host.library.globals()).and_then(|_| {
+                let outcome = eval.eval_module(ast, host.library.globals()).and_then(|_| {
                     let main = module.get("main").filter(|m| m.get_type() == "function");
                     match (calls_main, main) {
                         (false, Some(main)) => eval.eval_function(main, &[], &[]).map(|_| ()),
                         _ => Ok(()),
                     }
-                })
+                });
+                cleanup(&mut eval, host, &cleaning, grace);
+                outcome
             };
             match evaluated {
                 // A builtin that hands over (k8s.control) unwinds the script with an
@@ -153,19 +178,23 @@ fn evaluate(
             })
         })
     };
-    // Blocking builtins at the top level wake up at the deadline too.
-    let kept = std::cell::Cell::new(0);
+    // Blocking builtins at the top level wake up at the deadline, or at a handled
+    // signal, too.
+    let kept = Cell::new(0);
     let scoped = || {
-        let result = match deadline {
-            Some(deadline) => budget::scope(
-                budget::Budget {
-                    deadline,
-                    stop: None,
-                },
-                evaluate,
-            ),
-            None => evaluate(),
+        let stop = {
+            let (caught, cleaning) = (caught.clone(), cleaning.clone());
+            Cancel::new(move || {
+                caught.load(Ordering::Relaxed) != 0 && !cleaning.load(Ordering::Relaxed)
+            })
         };
+        let result = budget::scope(
+            budget::Budget {
+                deadline: deadline.unwrap_or_else(far_future),
+                stop: Some(stop),
+            },
+            evaluate,
+        );
         // The evaluation's own heap is gone by now: what is left is the frozen module.
         kept.set(memory::used());
         result
@@ -175,6 +204,9 @@ fn evaluate(
         .map_err(|e| Error::Script(format!("error: {e} (--script-memory)\n --> {name}\n")))?;
     for name in host.vars.unused(source) {
         eprintln!("warning: --var {name} is never read by the script");
+    }
+    if let Some(signo) = host.ext::<Signals>().caught() {
+        return Err(Error::Signal(signo));
     }
     let frozen = result.map_err(|e| match (budget, deadline) {
         _ if over_memory.get() => {
@@ -201,6 +233,53 @@ fn evaluate(
         positions,
         kept: kept.get(),
     })
+}
+
+/// How long a handled signal leaves its handler and the deferred functions.
+const SIGNAL_GRACE: Duration = Duration::from_secs(10);
+
+/// A deadline that never comes, for a run without a time budget.
+fn far_future() -> Instant {
+    let now = Instant::now();
+    now.checked_add(Duration::from_hours(10 * 365 * 24))
+        .unwrap_or(now + Duration::from_hours(24))
+}
+
+/// The end of the script's own run: the handler of a signal that stopped it, then its
+/// deferred functions, unless it handed over a controller (whose deferred functions run
+/// when it stops). Their errors are reported, not raised.
+fn cleanup(
+    eval: &mut Evaluator<'_, '_, '_>,
+    host: &Host,
+    cleaning: &AtomicBool,
+    grace: &Cell<Option<Instant>>,
+) {
+    let signalled = host.ext::<Signals>().caught();
+    if signalled.is_none() && host.handed_off_besides::<ScriptExit>() {
+        return;
+    }
+    cleaning.store(true, Ordering::Relaxed);
+    let mut run = || {
+        if let Some(signo) = signalled
+            && let Err(e) = lifecycle::call_handler(eval, signo)
+        {
+            eprintln!("warning: the on_signal handler failed: {e}");
+        }
+        for e in lifecycle::run_deferred(eval) {
+            eprintln!("warning: a deferred function failed: {e}");
+        }
+    };
+    if signalled.is_some() {
+        let until = Instant::now() + SIGNAL_GRACE;
+        grace.set(Some(until));
+        let scope = budget::Budget {
+            deadline: until,
+            stop: None,
+        };
+        budget::scope(scope, run);
+    } else {
+        run();
+    }
 }
 
 /// One line for a rendered diagnostic: `file:line:col: message`, from its `error:` line

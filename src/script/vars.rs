@@ -90,6 +90,12 @@ impl Vars {
         value
     }
 
+    /// The names of every variable, sorted (`var_names()`); reading the list counts as
+    /// reading none of them.
+    pub fn names(&self) -> Vec<String> {
+        self.values.keys().cloned().collect()
+    }
+
     /// Variables that were set but never read and whose name does not appear as a
     /// string literal in `source` (a handler that runs later may still read those).
     pub fn unused(&self, source: &str) -> Vec<String> {

@@ -173,6 +173,7 @@ fn run_case(ast: &AstModule, dir: &Path, name: &str, settings: &Settings) -> Ran
             eval.extra = Some(&host);
             eval.set_loader(&loader);
             eval.set_print_handler(&capture);
+            crate::script::builtins::lifecycle::open(&module);
             // Only fails when already set, which it is not on a new evaluator.
             let _ = eval.set_max_heap_size(settings.memory);
             let over_memory = &over_memory;
@@ -196,7 +197,9 @@ fn run_case(ast: &AstModule, dir: &Path, name: &str, settings: &Settings) -> Ran
             // The verdict of the test, before teardown's own assertions can replace it.
             let verdict = host.ext::<Record>().take();
             let teardown = call("teardown");
-            Ok::<_, starlark::Error>((result, verdict, teardown))
+            // What the test deferred runs after its teardown; a failure fails the test.
+            let deferred = crate::script::builtins::lifecycle::run_deferred(&mut eval);
+            Ok::<_, starlark::Error>((result, verdict, teardown, deferred))
         })
     };
     let budgeted = || {
@@ -229,7 +232,11 @@ fn run_case(ast: &AstModule, dir: &Path, name: &str, settings: &Settings) -> Ran
     let (status, message) = match ended {
         Err(exceeded) => (Status::Failed, format!("{exceeded} (--script-memory)")),
         Ok(Err(top_level)) => return Ran::TopLevel(over(&top_level)),
-        Ok(Ok((result, verdict, teardown))) => match (result, verdict, teardown) {
+        Ok(Ok((result, verdict, teardown, deferred))) => match (result, verdict, teardown) {
+            (Ok(()), _, Ok(())) if !deferred.is_empty() => (
+                Status::Failed,
+                format!("a deferred function failed: {}", deferred.join("\n")),
+            ),
             (Ok(()), _, Ok(())) => (Status::Passed, String::new()),
             (Ok(()), _, Err(e)) => (Status::Failed, format!("teardown: {}", over(&e))),
             (Err(_), Some(Verdict::Skipped { reason }), _) => (Status::Skipped, reason),

@@ -154,6 +154,30 @@ fn children_built_in_helpers_and_loaded_files_are_owned_kinds() {
 }
 
 #[test]
+fn module_values_and_module_directories_are_followed() {
+    let main = "def sync():\n  return k8s.list('secrets', namespace='web')\n";
+    let extra = "def clean():\n  k8s.delete('configmap', 'x', namespace='web')\n";
+    let script = "load('helpers', h = 'helpers')\n\
+        def reconcile(obj):\n  h.sync()\n  h.clean()\n\
+        k8s.control('deployments', reconcile=reconcile, namespace='web')\n";
+    let (inf, _dir) = infer_files(
+        &[
+            ("c.star", script),
+            ("modules/helpers/main.star", main),
+            ("modules/helpers/extra.star", extra),
+        ],
+        &[],
+        &[],
+    );
+    let granted = grants(&inf);
+    assert!(
+        granted.contains(&"namespace web /secrets: list".to_owned())
+            && granted.contains(&"namespace web /configmaps: delete".to_owned()),
+        "{granted:?}"
+    );
+}
+
+#[test]
 fn dynamic_kinds_warn_with_their_position_and_grant_nothing() {
     let inf = infer_one("def main():\n  kind = 'pods'\n  k8s.get(kind, 'x')\n");
     assert!(inf.rules.is_empty());

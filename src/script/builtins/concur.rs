@@ -342,7 +342,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             out,
-            "[(True, 1, None), (False, None, \"bad\"), (True, 3, None)]"
+            "[(True, 1, \"\"), (False, None, \"bad\"), (True, 3, \"\")]"
         );
         let out = eval(&format!(
             "{code}[r.ok for r in concur.each([2, 1], f, on_error = \"continue\")]"

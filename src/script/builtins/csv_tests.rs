@@ -99,7 +99,7 @@ fn errors_name_the_call_and_the_problem() {
     );
     let e = eval_allowing(&format!("csv.file({d} + '/missing.csv').read()")).unwrap_err();
     assert!(
-        e.contains("csv.file.read: ") && e.contains("missing.csv: No such file"),
+        e.contains("csv.file.read: ") && e.contains("missing.csv: no such file"),
         "{e}"
     );
     let e = eval_allowing(&format!(

@@ -34,16 +34,7 @@ pub fn text_of<'v>(call: &str, v: Value<'v>) -> Result<&'v str, String> {
 /// An I/O error as Go words it: `no such file or directory`, not Rust's `No such file
 /// or directory (os error 2)`. Scripts written for upstream look for that text.
 pub fn io_message(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.rfind(" (os error ") {
-        Some(i) if text.ends_with(')') => &text[..i],
-        _ => text.as_str(),
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::new(),
-    }
+    super::fs::go_error(&e.to_string())
 }
 
 /// Reads the file at `path` for `call`: `{call}: open {path}: no such file or directory`

@@ -559,7 +559,7 @@ pub(crate) mod tests {
     fn try_variants() {
         assert_eq!(
             eval("r = log.try_logger(level = 'debug')\n(r.ok, r.value.level, r.error)").unwrap(),
-            r#"(True, "debug", None)"#
+            r#"(True, "debug", "")"#
         );
         assert_eq!(
             eval("r = log.try_logger(format = 'xml')\n(r.ok, r.value, r.error)").unwrap(),

@@ -7,8 +7,9 @@
 //!
 //! # Caveats
 //! `retry_on(error)` is called with each error message and stops retrying when it
-//! returns False, as upstream documents it. Errors raised by `retry_on` or `on_retry`
-//! themselves fail the call instead of being ignored.
+//! returns False, as upstream documents it; as upstream's code does, it is also called
+//! with a success that is a `Result`, a bool or None, and True retries that. Errors
+//! raised by `retry_on` or `on_retry` themselves fail the call instead of being ignored.
 
 mod outcome;
 mod policy;
@@ -113,6 +114,33 @@ fn judge<'v>(v: Value<'v>, eval: &Evaluator<'v, '_, '_>) -> Attempt<'v> {
     Attempt::Success(v)
 }
 
+/// The error of an attempt whose success `retry_on` asked to retry (upstream's words).
+const PREDICATE: &str = "retry_on predicate triggered";
+
+/// Whether `retry_on` asks to retry a success: upstream calls it with what the function
+/// returned when that was a `Result`, a bool or None (values that say whether they
+/// succeeded), and retries when it returns True.
+fn predicate_retries<'v>(
+    call: &str,
+    request: &Request<'v>,
+    returned: Value<'v>,
+    eval: &mut Evaluator<'v, '_, '_>,
+) -> anyhow::Result<bool> {
+    let Some(retry_on) = request.retry_on else {
+        return Ok(false);
+    };
+    let judged = returned.is_none()
+        || returned.unpack_bool().is_some()
+        || matches!(returned.get_type(), "Result" | "RetryResult");
+    if !judged {
+        return Ok(false);
+    }
+    let again = eval
+        .eval_function(retry_on, &[returned], &[])
+        .map_err(|e| anyhow::anyhow!("{call}: retry_on: {}", message(&e)))?;
+    Ok(again.unpack_bool() == Some(true))
+}
+
 fn elapsed(start: Instant) -> i64 {
     i64::try_from(start.elapsed().as_nanos()).unwrap_or(i64::MAX)
 }
@@ -142,10 +170,11 @@ fn run<'v>(
             Err(e) if must_stop() => return Err(e.into_anyhow()),
             Err(e) => message(&e),
             Ok(v) => match judge(v, eval) {
-                Attempt::Success(value) => {
+                Attempt::Success(value) if !predicate_retries(call, request, v, eval)? => {
                     let r = RetryResult::success(value, attempt, elapsed(start), errors);
                     return Ok(r);
                 }
+                Attempt::Success(_) => PREDICATE.to_owned(),
                 Attempt::Failure(error) => error,
             },
         };
@@ -154,7 +183,7 @@ fn run<'v>(
             break;
         }
         let heap = eval.heap();
-        if let Some(retry_on) = request.retry_on {
+        if let Some(retry_on) = request.retry_on.filter(|_| error != PREDICATE) {
             let again = eval
                 .eval_function(retry_on, &[heap.alloc(error.as_str())], &[])
                 .map_err(|e| anyhow::anyhow!("{call}: retry_on: {}", message(&e)))?;

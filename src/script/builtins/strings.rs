@@ -297,7 +297,7 @@ mod tests {
         );
         assert_eq!(
             eval("r = strings.try_unquote('\"ok\"')\n(r.ok, r.value, r.error)").unwrap(),
-            "(True, \"ok\", None)"
+            "(True, \"ok\", \"\")"
         );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use starlark::environment::MethodsBuilder;
 use starlark::eval::Evaluator;
@@ -15,7 +15,7 @@ use starlark::values::none::NoneType;
 use starlark::values::tuple::AllocTuple;
 
 use super::path::{Path, path_of};
-use super::{byte_list, bytes_arg, failed, glob, read, read_text, resolve, write};
+use super::{alloc_bytes, bytes_arg, failed, glob, go_error, read, read_text, resolve, write};
 use crate::script::builtins::os::{Overlay, group_name, user_entry};
 use crate::script::host::Host;
 
@@ -63,8 +63,8 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
         Ok(target(eval, this, "is_symlink")?.1.is_symlink())
     }
 
-    /// `name`, `size`, `mode` (permission bits), `is_dir`, `is_file`, `is_symlink`,
-    /// `mod_time` (seconds since the epoch), `uid`, `gid`.
+    /// `name`, `size`, `mode` (as Go writes it: `-rw-r--r--`), `perm` (the permission
+    /// bits), `is_dir`, `is_file`, `is_symlink`, `mod_time` (RFC 3339, UTC), `uid`, `gid`.
     fn stat<'v>(
         #[starlark(this)] this: Value<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
@@ -81,8 +81,9 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
         let mod_time = meta
             .modified()
             .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            .and_then(|t| jiff::Timestamp::try_from(t).ok())
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default();
         let heap = eval.heap();
         Ok(heap.alloc(AllocDict([
             (
@@ -96,7 +97,8 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
                 ),
             ),
             ("size", heap.alloc(meta.len())),
-            ("mode", heap.alloc(meta.permissions().mode() & 0o7777)),
+            ("mode", heap.alloc(super::go_mode(&meta))),
+            ("perm", heap.alloc(meta.permissions().mode() & 0o7777)),
             ("is_dir", Value::new_bool(meta.is_dir())),
             ("is_file", Value::new_bool(meta.is_file())),
             ("is_symlink", Value::new_bool(link.is_symlink())),
@@ -126,14 +128,14 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
         read_text(&call, &full)
     }
 
-    /// The file as a list of bytes.
+    /// The file as `bytes`.
     fn read_bytes<'v>(
         #[starlark(this)] this: Value<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
         let (call, full) = target(eval, this, "read_bytes")?;
         let bytes = read(&call, &full)?;
-        Ok(byte_list(eval.heap(), &bytes))
+        Ok(alloc_bytes(eval.heap(), bytes))
     }
 
     /// Writes `content`, replacing the file.
@@ -147,7 +149,7 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
         Ok(NoneType)
     }
 
-    /// Writes `data` (a list of bytes or a string), replacing the file.
+    /// Writes `data` (bytes, a string or a list of integers 0..255), replacing the file.
     fn write_bytes<'v>(
         #[starlark(this)] this: Value<'v>,
         data: Value<'v>,
@@ -169,7 +171,7 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
         Ok(NoneType)
     }
 
-    /// Appends `data` (a list of bytes or a string).
+    /// Appends `data` (bytes, a string or a list of integers 0..255).
     fn append_bytes<'v>(
         #[starlark(this)] this: Value<'v>,
         data: Value<'v>,
@@ -238,8 +240,13 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
     ) -> anyhow::Result<Path> {
         let (call, full) = target(eval, this, "copy_to")?;
         let (to, to_full) = other(eval, &call, to)?;
-        std::fs::copy(&full, &to_full)
-            .map_err(|e| failed(&call, &full, format!("to {}: {e}", to_full.display())))?;
+        std::fs::copy(&full, &to_full).map_err(|e| {
+            failed(
+                &call,
+                &full,
+                format!("to {}: {}", to_full.display(), go_error(&e.to_string())),
+            )
+        })?;
         Ok(to)
     }
 
@@ -337,7 +344,10 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
             return Ok(p.clone());
         };
         if !(rest.is_empty() || rest.starts_with('/')) {
-            anyhow::bail!("Path.expanduser: {p}: only ~ (the current user) is supported");
+            anyhow::bail!(
+                "Path.expanduser: {}: only ~ (the current user) is supported",
+                p.0
+            );
         }
         let host = Host::of(eval)?;
         host.allow("Path.expanduser", crate::script::permissions::Access::Fs)?;
@@ -345,7 +355,7 @@ pub(super) fn file_methods(builder: &mut MethodsBuilder) {
             .ext::<Overlay>()
             .var("HOME")
             .or_else(|| user_entry(unsafe_uid()).map(|u| u.home))
-            .ok_or_else(|| anyhow::anyhow!("Path.expanduser: {p}: no home directory"))?;
+            .ok_or_else(|| anyhow::anyhow!("Path.expanduser: {}: no home directory", p.0))?;
         Ok(Path(format!("{home}{rest}")))
     }
 }
@@ -363,8 +373,13 @@ fn move_to(
 ) -> anyhow::Result<Path> {
     let (call, full) = target(eval, this, method)?;
     let (to, to_full) = other(eval, &call, to)?;
-    std::fs::rename(&full, &to_full)
-        .map_err(|e| failed(&call, &full, format!("to {}: {e}", to_full.display())))?;
+    std::fs::rename(&full, &to_full).map_err(|e| {
+        failed(
+            &call,
+            &full,
+            format!("to {}: {}", to_full.display(), go_error(&e.to_string())),
+        )
+    })?;
     Ok(to)
 }
 

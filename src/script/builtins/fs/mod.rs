@@ -3,8 +3,8 @@
 //! `glob`, ...). Everything that touches the disk needs `--allow-fs`.
 //!
 //! # Caveats
-//! Starlark here has no bytes type: `read_bytes` returns a list of integers 0..255 and
-//! `write_bytes` takes one (or a string), as `hash.bytes` does. Reads are capped at
+//! `read_bytes` returns `bytes`; `write_bytes` takes `bytes`, a string or a list of
+//! integers 0..255. Reads are capped at
 //! [`READ_CAP`], listings at [`glob::MAX_ENTRIES`]. Streaming (`get_reader`, ...) is
 //! not provided: kite has no `io` module.
 
@@ -45,13 +45,62 @@ pub(crate) fn resolve(
     Ok(host.ext::<Overlay>().resolve(p.std()))
 }
 
-/// `call: path: error`, the shape of every filesystem failure.
+/// `call: path: error`, the shape of every filesystem failure. An OS error reads as Go
+/// (and so upstream) writes it: "no such file or directory", which scripts test for.
 pub(crate) fn failed(
     call: &str,
     path: &std::path::Path,
     e: impl std::fmt::Display,
 ) -> anyhow::Error {
-    anyhow::anyhow!("{call}: {}: {e}", path.display())
+    anyhow::anyhow!("{call}: {}: {}", path.display(), go_error(&e.to_string()))
+}
+
+/// Rust's "No such file or directory (os error 2)" as Go's "no such file or directory".
+pub(crate) fn go_error(message: &str) -> String {
+    let message = match message.rfind(" (os error ") {
+        Some(at) if message.ends_with(')') => &message[..at],
+        _ => message,
+    };
+    let mut chars = message.chars();
+    match chars.next() {
+        // Only a capital followed by lowercase: an acronym stays as it is.
+        Some(first) if chars.clone().next().is_some_and(char::is_lowercase) => {
+            first.to_lowercase().chain(chars).collect()
+        }
+        _ => message.to_owned(),
+    }
+}
+
+/// A file's mode as Go writes it (`-rw-r--r--`, `drwxr-xr-x`, `Lrwxrwxrwx`, `Dcrw-rw-rw-`),
+/// which is what upstream's `stat()["mode"]` is.
+pub(crate) fn go_mode(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let t = meta.file_type();
+    let bits = meta.permissions().mode();
+    // Go's letters, in Go's order ("dalTLDpSugct?"), for the kinds Unix files have.
+    let letters = [
+        ('d', t.is_dir()),
+        ('L', t.is_symlink()),
+        ('D', t.is_block_device() || t.is_char_device()),
+        ('p', t.is_fifo()),
+        ('S', t.is_socket()),
+        ('u', bits & 0o4000 != 0),
+        ('g', bits & 0o2000 != 0),
+        ('c', t.is_char_device()),
+        ('t', bits & 0o1000 != 0),
+    ];
+    let mut out: String = letters
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(c, _)| *c)
+        .collect();
+    if out.is_empty() {
+        out.push('-');
+    }
+    for (i, c) in "rwxrwxrwx".chars().enumerate() {
+        out.push(if bits & (1 << (8 - i)) != 0 { c } else { '-' });
+    }
+    out
 }
 
 /// A file's bytes, refusing files over [`READ_CAP`].
@@ -84,11 +133,9 @@ pub(crate) fn read_text(call: &str, path: &std::path::Path) -> anyhow::Result<St
         .map_err(|_| failed(call, path, "not UTF-8 text (read_bytes reads any file)"))
 }
 
-/// Bytes as a list of integers 0..255.
-pub(crate) fn byte_list<'v>(heap: Heap<'v>, bytes: &[u8]) -> Value<'v> {
-    heap.alloc(starlark::values::list::AllocList(
-        bytes.iter().map(|b| i32::from(*b)),
-    ))
+/// Bytes as a Starlark `bytes` value.
+pub(crate) fn alloc_bytes(heap: Heap<'_>, bytes: Vec<u8>) -> Value<'_> {
+    heap.alloc(bytes)
 }
 
 /// Writes (or appends) `data`, creating the file with mode 0644.
@@ -144,14 +191,14 @@ pub fn fs_globals(builder: &mut GlobalsBuilder) {
         read_text("read_text", &full)
     }
 
-    /// The file at `p` as a list of bytes (needs `--allow-fs`).
+    /// The file at `p` as `bytes` (needs `--allow-fs`).
     fn read_bytes<'v>(
         #[starlark(require = pos)] p: Value<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
         let full = resolve(eval, "read_bytes", &Path::arg("read_bytes", p)?)?;
         let bytes = read("read_bytes", &full)?;
-        Ok(byte_list(eval.heap(), &bytes))
+        Ok(alloc_bytes(eval.heap(), bytes))
     }
 
     /// Writes `content` to the file at `p`, replacing it (needs `--allow-fs`).
@@ -165,7 +212,8 @@ pub fn fs_globals(builder: &mut GlobalsBuilder) {
         Ok(NoneType)
     }
 
-    /// Writes `data` (a list of bytes or a string) to the file at `p` (needs `--allow-fs`).
+    /// Writes `data` (bytes, a string or a list of integers 0..255) to the file at `p`
+    /// (needs `--allow-fs`).
     fn write_bytes<'v>(
         #[starlark(require = pos)] p: Value<'v>,
         #[starlark(require = pos)] data: Value<'v>,

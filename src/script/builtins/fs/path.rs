@@ -23,9 +23,10 @@ pub struct Path(pub String);
 
 starlark::starlark_simple_value!(Path);
 
+/// `path("/etc/hosts")`, as upstream shows a Path (`str(p)`); `p.string` is the text.
 impl fmt::Display for Path {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "path({:?})", self.0)
     }
 }
 
@@ -200,7 +201,7 @@ fn pure_methods(builder: &mut MethodsBuilder) {
     fn with_name(#[starlark(this)] this: Value, name: &str) -> anyhow::Result<Path> {
         let p = path_of(this)?;
         if p.name().is_empty() {
-            anyhow::bail!("Path.with_name: {p} has no name to replace");
+            anyhow::bail!("Path.with_name: {} has no name to replace", p.0);
         }
         let mut pb = p.std().to_path_buf();
         pb.set_file_name(name);
@@ -211,7 +212,7 @@ fn pure_methods(builder: &mut MethodsBuilder) {
     fn with_suffix(#[starlark(this)] this: Value, suffix: &str) -> anyhow::Result<Path> {
         let p = path_of(this)?;
         if p.name().is_empty() {
-            anyhow::bail!("Path.with_suffix: {p} has no name to change");
+            anyhow::bail!("Path.with_suffix: {} has no name to change", p.0);
         }
         let mut pb = p.std().to_path_buf();
         pb.set_extension(suffix.strip_prefix('.').unwrap_or(suffix));
@@ -244,7 +245,7 @@ fn pure_methods(builder: &mut MethodsBuilder) {
         let cleaned = clean(&p.0);
         let rel = StdPath::new(&cleaned)
             .strip_prefix(&base)
-            .map_err(|_| anyhow::anyhow!("Path.relative_to: {p} is not under {base}"))?;
+            .map_err(|_| anyhow::anyhow!("Path.relative_to: {} is not under {base}", p.0))?;
         Ok(if rel.as_os_str().is_empty() {
             Path(".".to_owned())
         } else {
@@ -268,7 +269,7 @@ fn all_methods(builder: &mut MethodsBuilder) {
 starlark::methods_static!(PATH_METHODS = all_methods);
 
 #[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
-#[starlark_value(type = "Path")]
+#[starlark_value(type = "fs.path")]
 impl<'v> StarlarkValue<'v> for Path {
     fn get_methods() -> Option<&'static Methods> {
         Some(PATH_METHODS.methods())

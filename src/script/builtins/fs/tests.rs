@@ -26,7 +26,7 @@ fn path_arithmetic_needs_no_flag() {
     .unwrap();
     assert_eq!(
         out,
-        r#"["/var/log/app/errors/today.log", "today.log", "today", ".log", ("/", "var", "log", "app", "errors", "today.log"), "/var/log/app/errors", "/var/log/app/errors/today.log"]"#
+        r#"["/var/log/app/errors/today.log", "today.log", "today", ".log", ("/", "var", "log", "app", "errors", "today.log"), "/var/log/app/errors", "path(\"/var/log/app/errors/today.log\")"]"#
     );
     let out = eval(
         "p = fs.path('/a/b/report.md')\n\
@@ -47,7 +47,10 @@ fn path_arithmetic_needs_no_flag() {
         e.contains("path: expected a path (string or Path), not int"),
         "{e}"
     );
-    assert_eq!(eval("repr(path('a b'))").unwrap(), r#""a b""#);
+    assert_eq!(
+        eval("[repr(path('a b')), str(path('a')), type(path('a'))]").unwrap(),
+        r#"["path(\"a b\")", "path(\"a\")", "fs.path"]"#
+    );
 }
 
 #[test]
@@ -63,18 +66,18 @@ fn files_are_written_read_and_described() {
          s = p.stat()\n\
          [p.read_text(), b.read_bytes(), p.exists(), p.is_file(), p.is_dir(), p.is_symlink(), \
           s['size'], s['mode'], s['is_dir'], type(p.owner()), type(p.group()), \
-          read_text(p), exists(str(p)), exists({d} + '/nope')]"
+          read_text(p), exists(p.string), exists({d} + '/nope'), s['perm'], len(s['mod_time'])]"
     ))
     .unwrap();
     assert_eq!(
         out,
-        r#"["Summary\nDetails\n", [0, 255, 7, 65], True, True, False, False, 16, 420, False, "string", "string", "Summary\nDetails\n", True, False]"#
+        r#"["Summary\nDetails\n", b"\x00\xff\x07A", True, True, False, False, 16, "-rw-r--r--", False, "string", "string", "Summary\nDetails\n", True, False, 420, 20]"#
     );
     let out = fs_only(&format!(
-        "write_text({d} + '/g.txt', 'x')\nwrite_bytes({d} + '/g.bin', [1])\n[read_bytes({d} + '/g.bin'), read_text({d} + '/g.txt')]"
+        "write_text({d} + '/g.txt', 'x')\nwrite_bytes({d} + '/g.bin', [1])\nwrite_bytes({d} + '/h.bin', b'\\x02z')\n[read_bytes({d} + '/g.bin'), read_text({d} + '/g.txt'), read_bytes({d} + '/h.bin')]"
     ))
     .unwrap();
-    assert_eq!(out, r#"[[1], "x"]"#);
+    assert_eq!(out, r#"[b"\x01", "x", b"\x02z"]"#);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -84,14 +87,14 @@ fn failures_name_the_call_the_path_and_the_os_error() {
     let e = fs_only(&format!("path({d} + '/missing.txt').read_text()")).unwrap_err();
     assert!(
         e.contains(&format!(
-            "Path.read_text: {}/missing.txt: No such file or directory",
+            "Path.read_text: {}/missing.txt: no such file or directory",
             dir.display()
         )),
         "{e}"
     );
     let e = fs_only(&format!("read_text({d} + '/missing.txt')")).unwrap_err();
     assert!(
-        e.contains("read_text: ") && e.contains("No such file"),
+        e.contains("read_text: ") && e.contains("no such file"),
         "{e}"
     );
     std::fs::write(dir.join("bad.txt"), [0xff, 0xfe]).unwrap();
@@ -103,7 +106,7 @@ fn failures_name_the_call_the_path_and_the_os_error() {
         "{e}"
     );
     let out = fs_only(&format!(
-        "r = path({d} + '/missing.txt').try_read_text()\n(r.ok, r.value, 'No such file' in r.error)"
+        "r = path({d} + '/missing.txt').try_read_text()\n(r.ok, r.value, 'no such file' in r.error)"
     ))
     .unwrap();
     assert_eq!(out, "(False, None, True)");
@@ -137,19 +140,19 @@ fn file_operations() {
          a.chown()\n\
          b = a.copy_to(base / 'b.txt')\n\
          c = b.rename(base / 'c.txt')\n\
-         m = c.move_to(str(base / 'm.txt'))\n\
+         m = c.move_to((base / 'm.txt').string)\n\
          link = base / 'link'\n\
          link.symlink_to('m.txt')\n\
          hard = base / 'hard'\n\
          hard.hardlink_to(a)\n\
          [a.read_text(), a.stat()['mode'], b.exists(), c.exists(), m.read_text(), \
           link.is_symlink(), link.readlink().string, link.read_text(), hard.read_text(), \
-          (base / 'link').resolve().string == str(base / 'm.txt')]"
+          (base / 'link').resolve().string == (base / 'm.txt').string]"
     ))
     .unwrap();
     assert_eq!(
         out,
-        r#"["hell", 384, False, False, "hell", True, "m.txt", "hell", "hell", True]"#
+        r#"["hell", "-rw-------", False, False, "hell", True, "m.txt", "hell", "hell", True]"#
     );
     let e = fs_only(&format!("path({d} + '/nope').rename({d} + '/x')")).unwrap_err();
     assert!(
@@ -182,18 +185,18 @@ fn directories_list_glob_walk_and_remove() {
         r#"[["README", "main.go", "pkg"], ["src/main.go", "src/pkg/lib.go"], ["main.go"], [(".", ["src"], []), ("src", ["pkg"], ["README", "main.go"]), ("src/pkg", [], ["lib.go"])], True]"#
     );
     let out = fs_only(&format!(
-        "os.chdir({d})\nglob('src/**/*.go') + [str(p) for p in path('src').glob('*.go')]"
+        "os.chdir({d})\nglob('src/**/*.go') + [p.string for p in path('src').glob('*.go')]"
     ))
     .unwrap();
     assert_eq!(out, r#"["src/main.go", "src/pkg/lib.go", "src/main.go"]"#);
     let e = fs_only(&format!("path({d} + '/src').remove()")).unwrap_err();
     assert!(
-        e.contains("Path.remove: ") && e.contains("src: Directory not empty"),
+        e.contains("Path.remove: ") && e.contains("src: directory not empty"),
         "{e}"
     );
     let e = fs_only(&format!("path({d} + '/a/b').mkdir(parents = False)")).unwrap_err();
     assert!(
-        e.contains("Path.mkdir: ") && e.contains("No such file"),
+        e.contains("Path.mkdir: ") && e.contains("no such file"),
         "{e}"
     );
     fs_only(&format!("path({d} + '/src').remove(recursive = True)")).unwrap();
@@ -233,4 +236,21 @@ fn everything_on_disk_needs_allow_fs() {
     );
     let home = eval_allowing("path('~/x').expanduser().string").unwrap();
     assert!(home.ends_with("/x\"") && !home.contains('~'), "{home}");
+}
+
+#[test]
+fn modes_and_errors_read_as_go_writes_them() {
+    assert_eq!(
+        super::go_error("No such file or directory (os error 2)"),
+        "no such file or directory"
+    );
+    assert_eq!(super::go_error("EOF reached"), "EOF reached");
+    assert_eq!(super::go_error(""), "");
+    let (dir, d) = temp_dir("modes");
+    let out = fs_only(&format!(
+        "p = path({d})\np.chmod(0o1755)\n[p.stat()['mode'], (p / 'x').try_read_text().error.endswith('x: no such file or directory')]"
+    ))
+    .unwrap();
+    assert_eq!(out, r#"["dtrwxr-xr-x", True]"#);
+    std::fs::remove_dir_all(dir).unwrap();
 }

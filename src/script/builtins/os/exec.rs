@@ -30,6 +30,8 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_mins(1);
 pub(super) struct Options {
     program: String,
     args: Vec<String>,
+    /// What messages call it: the command line as the script wrote it.
+    shown: String,
     env: Vec<(String, String)>,
     cwd: Option<String>,
     timeout: Duration,
@@ -37,6 +39,9 @@ pub(super) struct Options {
     gid: Option<u32>,
     input: Option<Vec<u8>>,
 }
+
+/// The shell a command line runs in unless `shell=` names another (upstream's).
+const SHELL: &str = "/bin/sh";
 
 impl Options {
     /// Reads the arguments of `os.exec` / `os.try_exec`.
@@ -48,6 +53,7 @@ impl Options {
         call: &str,
         cmd: &str,
         args: &[Value<'v>],
+        shell: NoneOr<&str>,
         env: NoneOr<UnpackDictEntries<&str, Value<'v>>>,
         cwd: NoneOr<&str>,
         timeout: NoneOr<Value<'v>>,
@@ -56,19 +62,30 @@ impl Options {
         input: NoneOr<Value<'v>>,
         output: NoneOr<Value<'v>>,
     ) -> anyhow::Result<Options> {
-        let mut args: Vec<String> = args.iter().map(|a| text_of(*a)).collect();
-        // Upstream runs a bare "git status" as the program and its arguments.
-        let program = if args.is_empty() {
-            let mut words = cmd.split_whitespace().map(str::to_owned);
-            let program = words.next().unwrap_or_default();
-            args = words.collect();
-            program
+        if cmd.trim().is_empty() {
+            anyhow::bail!("{call}: no command given");
+        }
+        let shown: String = if cmd.chars().count() > 200 {
+            cmd.chars().take(200).chain("...".chars()).collect()
         } else {
             cmd.to_owned()
         };
-        if program.is_empty() {
-            anyhow::bail!("{call}: no program given");
-        }
+        // A command line runs in a shell, as upstream runs it (`sh -c "echo $HOME"`);
+        // with `args` (kite's addition) the program runs directly, with no shell.
+        let (program, args) = if args.is_empty() {
+            let shell = shell
+                .into_option()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(SHELL);
+            (shell.to_owned(), vec!["-c".to_owned(), cmd.to_owned()])
+        } else {
+            if shell.into_option().is_some() {
+                anyhow::bail!(
+                    "{call}: shell= runs a command line; with args the program {cmd:?} runs directly"
+                );
+            }
+            (cmd.to_owned(), args.iter().map(|a| text_of(*a)).collect())
+        };
         if output.into_option().is_some() {
             anyhow::bail!(
                 "{call}: output= streams are not supported by kite (it has no io module); use the returned stdout"
@@ -87,6 +104,7 @@ impl Options {
         Ok(Options {
             program,
             args,
+            shown,
             env,
             cwd: cwd.into_option().map(str::to_owned),
             timeout,
@@ -130,13 +148,23 @@ fn id(call: &str, what: &str, v: NoneOr<Value<'_>>) -> anyhow::Result<Option<u32
     })
 }
 
-/// Bytes for a program's stdin: a string, or a list of integers 0..255.
+/// Bytes for a program's stdin or a file: `bytes`, a string, or a list of integers
+/// 0..255.
 pub(crate) fn bytes(v: Value<'_>) -> Result<Vec<u8>, String> {
+    if let Some(b) =
+        starlark::values::ValueLike::downcast_ref::<starlark::values::bytes::StarlarkBytes>(v)
+    {
+        return Ok(b.as_bytes().to_vec());
+    }
     if let Some(s) = v.unpack_str() {
         return Ok(s.as_bytes().to_vec());
     }
-    let list = starlark::values::list::ListRef::from_value(v)
-        .ok_or_else(|| format!("expected a string or a list of bytes, not {}", v.get_type()))?;
+    let list = starlark::values::list::ListRef::from_value(v).ok_or_else(|| {
+        format!(
+            "expected bytes, a string or a list of integers 0..255, not {}",
+            v.get_type()
+        )
+    })?;
     list.content()
         .iter()
         .enumerate()
@@ -218,7 +246,7 @@ pub(super) fn run(
     if let Some(gid) = opts.gid {
         cmd.gid(gid);
     }
-    let shown = program.display().to_string();
+    let shown = opts.shown.clone();
     let (timeout, input) = (opts.timeout, opts.input);
     let waited = budget::block_on(&host.runtime, async move {
         tokio::time::timeout(timeout, supervise(cmd, input))
@@ -300,7 +328,7 @@ pub(super) fn run_checked(
     call: &str,
     opts: Options,
 ) -> anyhow::Result<String> {
-    let program = opts.program.clone();
+    let program = opts.shown.clone();
     let captured = run(eval, call, opts)?;
     if captured.code != 0 {
         let stderr = captured.stderr.trim();
@@ -331,7 +359,7 @@ pub(super) fn run_captured<'v>(
     call: &str,
     opts: Options,
 ) -> anyhow::Result<Value<'v>> {
-    let program = opts.program.clone();
+    let program = opts.shown.clone();
     let heap = eval.heap();
     Ok(match run(eval, call, opts) {
         Ok(c) => {

@@ -6,9 +6,13 @@
 //! changes the process itself: `os.setenv` and `os.chdir` write a per-run [`Overlay`]
 //! that the script's own reads, file paths and child processes see.
 
+mod aliases;
 mod exec;
 #[cfg(test)]
 mod tests;
+mod tries;
+
+pub use aliases::os_globals;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -180,9 +184,11 @@ fn hostname() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// The script's working directory. Like `hostname()`, a fact about the process that
+/// needs no flag (upstream's "core info" works in every permission mode); what reads
+/// or moves files there (`chdir`, `Path`) needs `--allow-fs`.
 fn cwd(eval: &Evaluator<'_, '_, '_>, call: &str) -> anyhow::Result<String> {
     let host = Host::of(eval)?;
-    host.allow(call, Access::Fs)?;
     let dir = host
         .ext::<Overlay>()
         .cwd()
@@ -217,7 +223,7 @@ fn chdir(eval: &Evaluator<'_, '_, '_>, path: &str) -> anyhow::Result<()> {
     let target = overlay.resolve(Path::new(path));
     let dir = target
         .canonicalize()
-        .map_err(|e| anyhow::anyhow!("os.chdir: {}: {e}", target.display()))?;
+        .map_err(|e| super::fs::failed("os.chdir", &target, e))?;
     if !dir.is_dir() {
         anyhow::bail!("os.chdir: {}: not a directory", dir.display());
     }
@@ -232,13 +238,44 @@ fn which(eval: &Evaluator<'_, '_, '_>, name: &str) -> anyhow::Result<Option<Stri
     Ok(exec::find_program(&overlay, name).map(|p| p.display().to_string()))
 }
 
+fn username() -> String {
+    let uid = current_uid();
+    user_entry(uid).map_or_else(|| uid.to_string(), |u| u.name)
+}
+
+fn home(eval: &Evaluator<'_, '_, '_>, call: &str) -> anyhow::Result<String> {
+    let host = Host::of(eval)?;
+    host.allow(call, Access::Fs)?;
+    home_dir(&host.ext::<Overlay>())
+        .ok_or_else(|| anyhow::anyhow!("{call}: $HOME is unset and the user has no home"))
+}
+
+fn exit(eval: &Evaluator<'_, '_, '_>, call: &str, code: i32) -> anyhow::Result<NoneType> {
+    let host = Host::of(eval)?;
+    let code =
+        u8::try_from(code).map_err(|_| anyhow::anyhow!("{call}: code {code} is not in 0..255"))?;
+    if !host.hand_off(Box::new(ScriptExit(code))) {
+        anyhow::bail!(
+            "{call}: only a script's top level can exit, once (not a handler, nor after k8s.control)"
+        );
+    }
+    // Unwinds the script; `kite run` sees the handover and exits with the code.
+    Err(anyhow::anyhow!("{call}({code}): the script exited"))
+}
+
 /// The message a failed call carries, for `try_` results.
 fn message(e: &anyhow::Error) -> String {
     format!("{e:#}")
 }
 
-#[starlark_module]
+/// The `os` module: its functions and their `try_` forms.
 pub fn os_namespace(builder: &mut GlobalsBuilder) {
+    os_functions(builder);
+    tries::os_tries(builder);
+}
+
+#[starlark_module]
+fn os_functions(builder: &mut GlobalsBuilder) {
     /// An environment variable (needs `--allow-env`), or `default` when unset.
     fn env(
         #[starlark(require = pos)] name: &str,
@@ -286,7 +323,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
         ))
     }
 
-    /// The script's working directory (needs `--allow-fs`).
+    /// The script's working directory.
     fn cwd(eval: &mut Evaluator<'_, '_, '_>) -> anyhow::Result<String> {
         cwd(eval, "os.cwd")
     }
@@ -331,8 +368,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
 
     /// The name of the user kite runs as (its id when the user database has none).
     fn username() -> anyhow::Result<String> {
-        let uid = current_uid();
-        Ok(user_entry(uid).map_or_else(|| uid.to_string(), |u| u.name))
+        Ok(username())
     }
 
     /// The id of the user kite runs as, as a string (as upstream).
@@ -347,10 +383,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
 
     /// The home directory (needs `--allow-fs`).
     fn home(eval: &mut Evaluator<'_, '_, '_>) -> anyhow::Result<String> {
-        let host = Host::of(eval)?;
-        host.allow("os.home", Access::Fs)?;
-        home_dir(&host.ext::<Overlay>())
-            .ok_or_else(|| anyhow::anyhow!("os.home: $HOME is unset and the user has no home"))
+        home(eval, "os.home")
     }
 
     /// Ends the script with exit code `code` (0..255). Only `kite run` ends with it; in
@@ -359,16 +392,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
         #[starlark(default = 0)] code: i32,
         eval: &mut Evaluator<'_, '_, '_>,
     ) -> anyhow::Result<NoneType> {
-        let host = Host::of(eval)?;
-        let code = u8::try_from(code)
-            .map_err(|_| anyhow::anyhow!("os.exit: code {code} is not in 0..255"))?;
-        if !host.hand_off(Box::new(ScriptExit(code))) {
-            anyhow::bail!(
-                "os.exit: only a script's top level can exit, once (not a handler, nor after k8s.control)"
-            );
-        }
-        // Unwinds the script; `kite run` sees the handover and exits with the code.
-        Err(anyhow::anyhow!("os.exit({code}): the script exited"))
+        exit(eval, "os.exit", code)
     }
 
     /// The full path of program `name` on `$PATH` (needs `--allow-exec`), or None.
@@ -394,12 +418,14 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
         ))
     }
 
-    /// Runs a program (needs `--allow-exec`) and returns its stdout; fails when it
-    /// exits non-zero. `cmd` alone is split on whitespace when `args` is empty.
+    /// Runs a command line in `shell` (default `/bin/sh`), or program `cmd` with `args`
+    /// directly (needs `--allow-exec`), and returns its stdout; fails when it exits
+    /// non-zero.
     #[allow(clippy::too_many_arguments)] // upstream's signature
     fn exec<'v>(
         #[starlark(require = pos)] cmd: &str,
         #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,
+        #[starlark(require = named, default = NoneOr::None)] shell: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] env: NoneOr<
             UnpackDictEntries<&str, Value<'v>>,
         >,
@@ -415,6 +441,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
             "os.exec",
             cmd,
             &args.items,
+            shell,
             env,
             cwd,
             timeout,
@@ -432,6 +459,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
     fn try_exec<'v>(
         #[starlark(require = pos)] cmd: &str,
         #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,
+        #[starlark(require = named, default = NoneOr::None)] shell: NoneOr<&str>,
         #[starlark(require = named, default = NoneOr::None)] env: NoneOr<
             UnpackDictEntries<&str, Value<'v>>,
         >,
@@ -447,6 +475,7 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
             "os.try_exec",
             cmd,
             &args.items,
+            shell,
             env,
             cwd,
             timeout,
@@ -459,104 +488,12 @@ pub fn os_namespace(builder: &mut GlobalsBuilder) {
     }
 }
 
-/// The `os` functions upstream also predeclares as globals: `exec`, `try_exec`,
-/// `hostname`, `cwd`, `env`, `setenv`.
-#[starlark_module]
-pub fn os_globals(builder: &mut GlobalsBuilder) {
-    /// `os.env`: an environment variable (needs `--allow-env`), or `default`.
-    fn env(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(default = "")] default: &str,
-        eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<String> {
-        getenv(eval, name, default)
-    }
-
-    /// `os.setenv`: sets a variable for the rest of the script (needs `--allow-env`).
-    fn setenv(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(require = pos)] value: &str,
-        eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<NoneType> {
-        setenv(eval, name, value)?;
-        Ok(NoneType)
-    }
-
-    /// `os.exec`: runs a program (needs `--allow-exec`) and returns its stdout.
-    #[allow(clippy::too_many_arguments)] // upstream's signature
-    fn exec<'v>(
-        #[starlark(require = pos)] cmd: &str,
-        #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] env: NoneOr<
-            UnpackDictEntries<&str, Value<'v>>,
-        >,
-        #[starlark(require = named, default = NoneOr::None)] cwd: NoneOr<&str>,
-        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] userid: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] groupid: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] input: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] output: NoneOr<Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<String> {
-        let opts = exec::Options::unpack(
-            "exec",
-            cmd,
-            &args.items,
-            env,
-            cwd,
-            timeout,
-            userid,
-            groupid,
-            input,
-            output,
-        )?;
-        exec::run_checked(eval, "exec", opts)
-    }
-
-    /// `os.try_exec`: runs a program, returning its result instead of failing.
-    #[allow(clippy::too_many_arguments)] // upstream's signature
-    fn try_exec<'v>(
-        #[starlark(require = pos)] cmd: &str,
-        #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] env: NoneOr<
-            UnpackDictEntries<&str, Value<'v>>,
-        >,
-        #[starlark(require = named, default = NoneOr::None)] cwd: NoneOr<&str>,
-        #[starlark(require = named, default = NoneOr::None)] timeout: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] userid: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] groupid: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] input: NoneOr<Value<'v>>,
-        #[starlark(require = named, default = NoneOr::None)] output: NoneOr<Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let opts = exec::Options::unpack(
-            "try_exec",
-            cmd,
-            &args.items,
-            env,
-            cwd,
-            timeout,
-            userid,
-            groupid,
-            input,
-            output,
-        )?;
-        exec::run_captured(eval, "try_exec", opts)
-    }
-
-    /// `os.hostname`: the machine's host name.
-    fn hostname() -> anyhow::Result<String> {
-        hostname()
-    }
-
-    /// `os.cwd`: the script's working directory (needs `--allow-fs`).
-    fn cwd(eval: &mut Evaluator<'_, '_, '_>) -> anyhow::Result<String> {
-        cwd(eval, "cwd")
-    }
-}
-
 /// A value as the text a child process gets (strings as-is, others as `str()`).
 fn text_of(v: Value<'_>) -> String {
+    if let Some(p) = v.downcast_ref::<super::fs::Path>() {
+        // A Path's str() is `path("...")`; a program wants the path itself.
+        return p.0.clone();
+    }
     v.unpack_str()
         .map_or_else(|| v.to_value().to_str(), str::to_owned)
 }

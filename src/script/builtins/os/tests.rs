@@ -75,7 +75,7 @@ fn chdir_moves_the_scripts_directory_only() {
     assert_eq!(std::env::current_dir().unwrap(), before);
     let e = eval_allowing("os.chdir('/nonexistent/kite/dir')").unwrap_err();
     assert!(
-        e.contains("os.chdir: /nonexistent/kite/dir: No such file"),
+        e.contains("os.chdir: /nonexistent/kite/dir: no such file"),
         "{e}"
     );
     let r = eval_allowing("os.try_chdir('/nonexistent/kite/dir').ok").unwrap();
@@ -85,13 +85,8 @@ fn chdir_moves_the_scripts_directory_only() {
         e.contains("permission denied: os.chdir needs --allow-fs"),
         "{e}"
     );
-    let e = eval("os.cwd()").unwrap_err();
-    assert!(
-        e.contains("permission denied: os.cwd needs --allow-fs"),
-        "{e}"
-    );
-    let e = eval("cwd()").unwrap_err();
-    assert!(e.contains("permission denied: cwd needs --allow-fs"), "{e}");
+    // Reading it is a fact about the process, as hostname() is.
+    assert_eq!(eval("os.cwd() == cwd() and cwd() != ''").unwrap(), "True");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -149,6 +144,15 @@ fn exec_returns_stdout_and_takes_upstreams_options() {
         eval_permitted(only_exec, "os.exec('echo hello world')").unwrap(),
         "\"hello world\\n\""
     );
+    // As upstream, a command line is the shell's: quotes, pipes and variables work.
+    assert_eq!(
+        eval_permitted(
+            only_exec,
+            "os.exec(\"echo 'a  b' $X | tr a A\", env = {'X': 'x'})"
+        )
+        .unwrap(),
+        "\"A  b x\\n\""
+    );
     assert_eq!(
         eval_permitted(
             only_exec,
@@ -186,11 +190,19 @@ fn exec_fails_on_exit_codes_timeouts_and_missing_programs() {
     assert!(e.contains("os.exec: sh exited with code 3: oops"), "{e}");
     let e = eval_allowing("os.exec('sleep', ['5'], timeout = '200ms')").unwrap_err();
     assert!(e.contains("timed out after 200ms and was killed"), "{e}");
-    let e = eval_allowing("os.exec('kite-no-such-program')").unwrap_err();
+    let e = eval_allowing("os.exec('kite-no-such-program', ['x'])").unwrap_err();
     assert!(
         e.contains("os.exec: program \"kite-no-such-program\" not found"),
         "{e}"
     );
+    // A command line runs in the shell, which reports the missing program.
+    let e = eval_allowing("os.exec('kite-no-such-program --flag')").unwrap_err();
+    assert!(
+        e.contains("os.exec: kite-no-such-program --flag exited with code 127"),
+        "{e}"
+    );
+    let e = eval_allowing("os.exec('true', ['x'], shell = '/bin/bash')").unwrap_err();
+    assert!(e.contains("shell= runs a command line"), "{e}");
     let e = eval_allowing("os.exec('true', output = 'x')").unwrap_err();
     assert!(e.contains("output= streams are not supported"), "{e}");
     let e = eval_allowing("os.exec('true', timeout = [])").unwrap_err();
@@ -236,4 +248,42 @@ fn try_exec_reports_instead_of_failing() {
     );
     let out = eval_allowing("r = try_exec('echo', ['hi'])\n(r.ok, r.stdout, r.error)").unwrap();
     assert_eq!(out, r#"(True, "hi\n", "")"#);
+}
+
+#[test]
+fn upstreams_global_aliases_and_try_forms() {
+    let out = eval_allowing(
+        "[username() == os.username(), username() == user.name(), userid() == user.id(), groupid() == user.gid(), home() == user.home(), pid() == os.pid(), ppid() > 0, which('sh') == os.which('sh'), which('kite-no-such-program')]",
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        "[True, True, True, True, True, True, True, True, None]"
+    );
+    let dir = temp_dir("alias-chdir");
+    let out = eval_allowing(&format!(
+        "chdir({:?})\nr = os.try_cwd()\n(r.ok, r.value == cwd(), type(r), os.try_hostname().ok, os.try_pid().value == pid())",
+        dir.display().to_string()
+    ))
+    .unwrap();
+    assert_eq!(out, "(True, True, \"Result\", True, True)");
+    // The aliases check what the module's functions check.
+    let e = eval("chdir('/')").unwrap_err();
+    assert!(
+        e.contains("permission denied: os.chdir needs --allow-fs"),
+        "{e}"
+    );
+    let e = eval("which('sh')").unwrap_err();
+    assert!(
+        e.contains("permission denied: os.which needs --allow-exec"),
+        "{e}"
+    );
+    let e = eval("user.home()").unwrap_err();
+    assert!(
+        e.contains("permission denied: user.home needs --allow-fs"),
+        "{e}"
+    );
+    let r = eval("r = os.try_home()\n(r.ok, 'allow-fs' in r.error)").unwrap();
+    assert_eq!(r, "(False, True)");
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -13,7 +13,7 @@ use starlark::values::{
     starlark_value,
 };
 
-use crate::script::builtins::time::{DurationValue, go_string};
+use crate::script::builtins::time::go_string;
 
 /// The outcome of a retried call.
 #[derive(Debug, Trace, Coerce, Freeze, ProvidesStaticType, NoSerialize, Allocative)]
@@ -93,7 +93,7 @@ where
             "value" => self.value.to_value(),
             "error" => heap.alloc(self.error.as_str()),
             "attempts" => heap.alloc(self.attempts),
-            "elapsed" => heap.alloc(DurationValue(self.elapsed)),
+            "elapsed" => heap.alloc(go_string(self.elapsed)),
             "errors" => heap.alloc(AllocList(self.errors.iter().map(String::as_str))),
             _ => return None,
         })

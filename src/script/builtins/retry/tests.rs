@@ -19,7 +19,7 @@ def flaky():
 fn succeeds_after_failures() {
     let code = format!(
         r#"{FLAKY}r = retry.do(flaky, max_attempts = 5, delay = "1ms")
-(r.ok, r.value, r.attempts, r.error, r.errors, bool(r), type(r), r.elapsed > time.duration("1ms"))"#
+(r.ok, r.value, r.attempts, r.error, r.errors, bool(r), type(r), time.duration(r.elapsed) > time.duration("1ms"))"#
     );
     assert_eq!(
         ok(&code),
@@ -76,6 +76,21 @@ fn retry_on_stops_on_permanent_errors() {
 (r.ok, r.attempts, len(calls))"#
     );
     assert_eq!(ok(&code), "(False, 1, 1)");
+}
+
+#[test]
+fn retry_on_sees_successes_that_are_results() {
+    let code = r#"n = []
+def poll():
+    n.append(1)
+    return Result(ok = True, value = "ready" if len(n) > 2 else "not ready")
+r = retry.do(poll, max_attempts = 5, delay = "1ms", retry_on = lambda v: v.value == "not ready")
+s = retry.do(lambda: "plain", delay = "1ms", retry_on = lambda v: fail("not called"))
+(r.value, r.attempts, r.errors, s.value)"#;
+    assert_eq!(
+        ok(code),
+        r#"("ready", 3, ["retry_on predicate triggered", "retry_on predicate triggered"], "plain")"#
+    );
 }
 
 #[test]
