@@ -103,6 +103,7 @@ pub use library::hosted::check as check_hosted;
 pub use library::library;
 pub use lsp::serve as serve_lsp;
 pub use script::builtins::os::ScriptExit;
+pub use script::builtins::ssh::DryRun as SshDryRun;
 pub use script::check::check;
 pub use script::host::{Handoff, Host, Limits};
 pub use script::memory::{Counting, Overrun, quiet_refusals, return_large_blocks};

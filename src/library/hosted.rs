@@ -39,7 +39,8 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Time,
     // var_*: the StarlarkController's own spec.vars.
     Capability::Vars,
-    // Not: Files, Os, Http (this machine's files, processes, environment and network),
+    // Not: Files, Os, Http, Ssh (this machine's files, processes, environment and
+    // network),
     // Unprovided (they only fail).
 ];
 

@@ -78,6 +78,9 @@ pub enum Capability {
     Os,
     /// Outbound HTTP: `http` (behind `--allow-net`).
     Http,
+    /// Remote shells and file copies: `ssh` (behind `--allow-net`, and `--allow-fs` for
+    /// keys and local files).
+    Ssh,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -94,6 +97,7 @@ impl Capability {
         Capability::Files,
         Capability::Os,
         Capability::Http,
+        Capability::Ssh,
         Capability::Unprovided,
     ];
 }
@@ -186,6 +190,9 @@ impl Library {
         }
         if has(Capability::Http) {
             globals = globals.with_namespace("http", builtins::http::http_namespace);
+        }
+        if has(Capability::Ssh) {
+            globals = globals.with_namespace("ssh", builtins::ssh::ssh_namespace);
         }
         if has(Capability::Unprovided) {
             globals = globals.with(builtins::unprovided::unprovided_modules);

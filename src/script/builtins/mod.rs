@@ -10,6 +10,7 @@ pub mod log;
 pub mod os;
 pub mod regexp;
 pub mod retry;
+pub mod ssh;
 pub mod strings;
 pub mod template;
 pub mod time;

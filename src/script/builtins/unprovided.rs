@@ -1,4 +1,4 @@
-//! The upstream Starkite modules kite does not provide (`ssh`, `ai`, `csv`, ...): each
+//! The upstream Starkite modules kite does not provide (`ai`, `mcp`, `csv`, ...): each
 //! is a global whose every use fails saying so, never as an undefined name.
 
 use std::fmt;
@@ -9,10 +9,9 @@ use starlark::environment::GlobalsBuilder;
 use starlark::eval::{Arguments, Evaluator};
 use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, starlark_value};
 
-/// Upstream modules that kite leaves out: remote shells, LLM clients, archives,
+/// Upstream modules that kite leaves out: LLM clients, archives,
 /// interactive input and the like have no place in a controller.
 pub const UNPROVIDED: &[&str] = &[
-    "ssh",
     "ai",
     "mcp",
     "zip",
@@ -96,9 +95,9 @@ mod tests {
                 "{e}"
             );
         }
-        let e = eval("ssh(1)").unwrap_err();
+        let e = eval("ai(1)").unwrap_err();
         assert!(
-            e.contains("kite does not provide upstream Starkite's `ssh`"),
+            e.contains("kite does not provide upstream Starkite's `ai`"),
             "{e}"
         );
     }
