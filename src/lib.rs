@@ -105,6 +105,7 @@ pub use library::library;
 pub use lsp::serve as serve_lsp;
 pub use script::builtins::lifecycle::{Signals, run_deferred_frozen};
 pub use script::builtins::os::ScriptExit;
+pub use script::builtins::ssh::DryRun as SshDryRun;
 pub use script::check::check;
 pub use script::host::{Handoff, Host, Limits};
 pub use script::memory::{Counting, Overrun, quiet_refusals, return_large_blocks};

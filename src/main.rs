@@ -315,7 +315,10 @@ fn run(args: RunArgs) -> ExitCode {
         return ExitCode::FAILURE;
     };
     let kube = kube_options(&args.cluster, args.dry_run);
-    let mut host = Host::new(library(), vars, permissions, runtime.handle().clone()).with(kube);
+    let mut host = Host::new(library(), vars, permissions, runtime.handle().clone())
+        .with(kube)
+        // --dry-run also makes every ssh client a dry run, as upstream's flag does.
+        .with(kite::SshDryRun(args.dry_run));
     host.limits.memory = (args.script_memory as usize) << 20;
     // `on_signal` handlers get the signals of a `kite run` (not of `kite test`).
     host.ext::<kite::Signals>().deliver();

@@ -82,8 +82,9 @@ pub fn load(
     let library = crate::library::library();
     crate::script::check::check(library, &opts.file)?;
     let vars = crate::script::vars::Vars::from_args(&opts.vars, &opts.var_files)?;
-    let mut host =
-        Host::new(library, vars, opts.permissions, runtime.clone()).with(opts.kube.clone());
+    let mut host = Host::new(library, vars, opts.permissions, runtime.clone())
+        .with(opts.kube.clone())
+        .with(crate::script::builtins::ssh::DryRun(opts.kube.dry_run));
     host.limits.memory = opts.memory;
     let host = Arc::new(host);
     let shown = printer.clone();

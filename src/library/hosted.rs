@@ -39,7 +39,7 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Time,
     // var_*: the StarlarkController's own spec.vars.
     Capability::Vars,
-    // Not: Files, Os, Http (this machine's files, processes, environment and network),
+    // Not: Files, Os, Http, Ssh (this machine's files, processes, environment and network),
     // Formats (csv/gzip/zip read and write files), Terminal (io reads stdin),
     // Concur (batches that wait as long as their calls; not reviewed for hosting),
     // Lifecycle (the process's signals; a handler's run is the operator's), Unprovided

@@ -92,6 +92,9 @@ pub enum Capability {
     /// `defer` and `on_signal`: cleanup at the end of a script's own run, and the
     /// process's signals (a hosted script's run is the operator's).
     Lifecycle,
+    /// Remote shells and file copies: `ssh` (behind `--allow-net`, and `--allow-fs` for
+    /// keys and local files).
+    Ssh,
     /// Upstream's modules kite leaves out, which fail saying so when used.
     Unprovided,
 }
@@ -112,6 +115,7 @@ impl Capability {
         Capability::Terminal,
         Capability::Concur,
         Capability::Lifecycle,
+        Capability::Ssh,
         Capability::Unprovided,
     ];
 }
@@ -237,6 +241,9 @@ impl Library {
         }
         if has(Capability::Lifecycle) {
             globals = globals.with(builtins::lifecycle::lifecycle_globals);
+        }
+        if has(Capability::Ssh) {
+            globals = globals.with_namespace("ssh", builtins::ssh::ssh_namespace);
         }
         if has(Capability::Unprovided) {
             globals = globals.with(builtins::unprovided::unprovided_modules);

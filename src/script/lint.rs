@@ -328,12 +328,12 @@ pub(crate) mod tests {
     fn unprovided_modules_are_named_where_used() {
         let found = problems(
             Library::standard(),
-            "def f():\n    return ssh.exec('h', 'ls')\n\ncsv = 1\n",
+            "def f():\n    return ai.generate('h', 'ls')\n\ncsv = 1\n",
         );
         assert_eq!(
             found,
             [
-                "2:12: ssh.exec: kite does not provide upstream Starkite's `ssh` module (see the README's compatibility table)"
+                "2:12: ai.generate: kite does not provide upstream Starkite's `ai` module (see the README's compatibility table)"
             ],
         );
         // A script that binds the name itself is not using the module.

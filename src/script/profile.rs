@@ -181,14 +181,13 @@ fn map_rule(rule: &str) -> Result<Mapped> {
         // os.exit needs no permission in kite, and os.chdir needs --allow-fs.
         ("os", "process") => (&[], true),
         ("http", "*") => (&[Net], true),
-        ("http", "client" | "server") => (&[Net], false),
+        ("http", "client" | "server") | ("ssh", "connect") => (&[Net], false),
         ("k8s", "*") => (&[K8s], true),
         ("k8s", "read" | "write" | "exec" | "config") => (&[K8s], false),
         // kite's io questions stdin under --allow-env, with the variables.
         ("io", "*" | "prompt") => (&[Env], false),
-        ("ssh", "*" | "connect" | "transfer")
-        | ("ai", "*" | "generate")
-        | ("mcp", "*" | "client" | "server") => {
+        ("ssh", "*" | "transfer") => (&[Net, Fs], false),
+        ("ai", "*" | "generate") | ("mcp", "*" | "client" | "server") => {
             return Ok(Mapped {
                 grants: Permissions::none(),
                 coarser: None,
@@ -204,8 +203,15 @@ fn map_rule(rule: &str) -> Result<Mapped> {
     let flags: Vec<&str> = grants.iter().map(|a| a.flag()).collect();
     let coarser =
         (scoped || !exact).then(|| format!("{} ({})", flags.join(" "), scope_of(module, category)));
-    let note = (module == "os" && category == "process")
-        .then_some("os.exit needs no permission in kite; os.chdir needs --allow-fs, which this rule does not grant");
+    let note = match (module, category) {
+        ("os", "process") => Some(
+            "os.exit needs no permission in kite; os.chdir needs --allow-fs, which this rule does not grant",
+        ),
+        ("ssh", "connect") => Some(
+            "private keys and known_hosts files also need --allow-fs, which this rule does not grant",
+        ),
+        _ => None,
+    };
     Ok(Mapped {
         grants: permissions,
         coarser,
@@ -220,7 +226,8 @@ fn scope_of(module: &str, category: &str) -> &'static str {
         ("os", "env") => "any variable",
         ("os", "exec") => "any program",
         ("os", _) => "any program or variable",
-        ("http", _) => "all network use",
+        ("http", _) | ("ssh", "connect") => "all network use",
+        ("ssh", _) => "all network use and every file read and write",
         ("k8s", _) => "every Kubernetes API call the credentials allow",
         ("io", _) => "terminal questions and every environment variable",
         _ => "everything",
@@ -291,6 +298,13 @@ mod tests {
             p.warnings
         );
         let p = parse("allow:ssh.connect").unwrap();
+        assert_eq!(p.permissions, Permissions::only(Access::Net));
+        assert!(
+            p.warnings[1].contains("also need --allow-fs"),
+            "{:?}",
+            p.warnings
+        );
+        let p = parse("allow:ai.generate").unwrap();
         assert_eq!(p.permissions, Permissions::none());
         assert!(p.warnings[0].contains("has no effect"));
     }

@@ -83,7 +83,13 @@ pub struct Options {
 /// The library scripts see plus the assertions, built once; `kite run` never sees them.
 pub fn library() -> &'static Library {
     static LIBRARY: OnceLock<Library> = OnceLock::new();
-    LIBRARY.get_or_init(|| crate::library::builder().globals(assert::register).build())
+    LIBRARY.get_or_init(|| {
+        crate::library::builder()
+            .globals(assert::register)
+            // Upstream's test mode adds `ssh.test_server` and `ssh.test_key`.
+            .globals(crate::script::builtins::ssh::test_namespace)
+            .build()
+    })
 }
 
 /// Whether `name` is a test file (`*_test.star`), which `kite test` runs with the

@@ -17,6 +17,7 @@ pub mod os;
 pub mod regexp;
 pub mod retry;
 pub mod runtime;
+pub mod ssh;
 pub mod strings;
 pub mod table;
 pub mod template;

@@ -1,4 +1,4 @@
-//! The upstream Starkite modules kite does not provide (`ssh`, `ai`, `mcp`, ...): each
+//! The upstream Starkite modules kite does not provide (`ai`, `mcp`, `inventory`): each
 //! is a global whose every use fails saying so, never as an undefined name.
 
 use std::fmt;
@@ -9,9 +9,9 @@ use starlark::environment::GlobalsBuilder;
 use starlark::eval::{Arguments, Evaluator};
 use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, starlark_value};
 
-/// Upstream modules that kite leaves out: remote shells, LLM clients and the like have
-/// no place in a controller.
-pub const UNPROVIDED: &[&str] = &["ssh", "ai", "mcp", "inventory"];
+/// Upstream modules that kite leaves out: LLM clients and inventories have no place in a
+/// controller.
+pub const UNPROVIDED: &[&str] = &["ai", "mcp", "inventory"];
 
 /// What a script hears when it uses one of them.
 pub fn message(module: &str, attr: Option<&str>) -> String {
@@ -85,9 +85,9 @@ mod tests {
                 "{e}"
             );
         }
-        let e = eval("ssh(1)").unwrap_err();
+        let e = eval("ai(1)").unwrap_err();
         assert!(
-            e.contains("kite does not provide upstream Starkite's `ssh`"),
+            e.contains("kite does not provide upstream Starkite's `ai`"),
             "{e}"
         );
     }

@@ -92,14 +92,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct ScriptExit(pub u8);
 
 /// The home directory, from `$HOME` as the script sees it, else the user database.
-fn home_dir(overlay: &Overlay) -> Option<String> {
+pub(crate) fn home_dir(overlay: &Overlay) -> Option<String> {
     overlay
         .var("HOME")
         .filter(|h| !h.is_empty())
         .or_else(|| user_entry(current_uid()).map(|u| u.home))
 }
 
-fn current_uid() -> u32 {
+pub(crate) fn current_uid() -> u32 {
     // SAFETY: getuid cannot fail and has no preconditions.
     unsafe { libc::getuid() }
 }
