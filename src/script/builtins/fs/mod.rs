@@ -6,7 +6,7 @@
 //! `read_bytes` returns `bytes`; `write_bytes` takes `bytes`, a string or a list of
 //! integers 0..255. Reads are capped at
 //! [`READ_CAP`], listings at [`glob::MAX_ENTRIES`]. Streaming (`get_reader`, ...) is
-//! not provided: kite has no `io` module.
+//! not provided: kite has no reader or writer values.
 
 mod files;
 pub(crate) mod glob;

@@ -88,7 +88,7 @@ impl Options {
         };
         if output.into_option().is_some() {
             anyhow::bail!(
-                "{call}: output= streams are not supported by kite (it has no io module); use the returned stdout"
+                "{call}: output= streams are not supported by kite (it has no reader or writer values); use the returned stdout"
             );
         }
         let env = env.into_option().map_or_else(Vec::new, |e| {
