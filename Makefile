@@ -67,7 +67,8 @@ demo: cluster-up build
 	examples/demo.sh
 
 ## Kite against a native kube-rs controller and the API server's limit (not part of
-## `make test`; about 9 minutes, KITE_BENCH_ROUNDS=2 for two ABBA rounds in about 16).
+## `make test`; two rounds in ABBA order by default, about 16 minutes; KITE_BENCH_ROUNDS=1
+## for one round in about 9). Targets are checked against the median of the rounds' ratios.
 ## The table is printed and kept in target/bench/, with the controllers' logs.
 bench: cluster-up
 	$(CARGO) build --release --locked

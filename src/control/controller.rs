@@ -229,6 +229,7 @@ pub(super) async fn launch(
         leader_election: leader.is_some(),
         store: primary.store(),
         pending: Mutex::default(),
+        held: std::sync::atomic::AtomicUsize::new(0),
         metrics: Arc::new(Metrics::new()),
         leading: leading_rx,
         stop: Arc::new(AtomicBool::new(false)),

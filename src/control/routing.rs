@@ -3,8 +3,10 @@
 
 use serde_json::Value as Json;
 
-use super::informer::{Change, Key};
-use super::shared::{EventItem, MAX_PENDING_EVENTS, Shared, WorkKey};
+use std::sync::atomic::Ordering;
+
+use super::informer::{Change, Key, size_of};
+use super::shared::{EventItem, MAX_PENDING_BYTES, MAX_PENDING_EVENTS, Shared, WorkKey};
 use super::watches::Role;
 
 impl Shared {
@@ -33,6 +35,16 @@ impl Shared {
         if !wants_events && level.is_none() && update.is_none() {
             return;
         }
+        // The versions this change keeps alive until a worker takes them: the new one
+        // also sits in the cache, but is replaced there at the next change.
+        let cost = if wants_events || update.is_some() {
+            match &change {
+                Change::Added(o) | Change::Deleted(o) => size_of(o),
+                Change::Modified { old, new } => size_of(old) + size_of(new),
+            }
+        } else {
+            0
+        };
         {
             let mut pending = self
                 .pending
@@ -60,6 +72,17 @@ impl Shared {
                     p.updates.clear();
                 }
                 p.updates.push(u);
+            }
+            p.bytes += cost;
+            let held = self.held.fetch_add(cost, Ordering::Relaxed) + cost;
+            if held > MAX_PENDING_BYTES && (!p.events.is_empty() || !p.updates.is_empty()) {
+                let dropped = p.events.len();
+                p.events.clear();
+                p.updates.clear();
+                p.reconcile.get_or_insert("update");
+                self.held.fetch_sub(p.bytes, Ordering::Relaxed);
+                p.bytes = 0;
+                tracing::warn!(controller = %self.name, key = %key, dropped, "waiting events hold more than {} MiB of object versions; dropping this object's {dropped} events for one reconcile of its current state", MAX_PENDING_BYTES >> 20);
             }
         }
         self.queue.add(WorkKey::Primary(key));

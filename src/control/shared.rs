@@ -38,6 +38,17 @@ pub(super) enum EventItem {
     Deleted(Arc<Json>),
 }
 
+impl EventItem {
+    /// What the versions it holds take.
+    pub fn size(&self) -> usize {
+        use super::informer::size_of;
+        match self {
+            EventItem::Added(o) | EventItem::Deleted(o) => size_of(o),
+            EventItem::Modified(old, new) => size_of(old) + size_of(new),
+        }
+    }
+}
+
 /// The work waiting for one key.
 #[derive(Debug, Default)]
 pub(super) struct Pending {
@@ -50,11 +61,22 @@ pub(super) struct Pending {
     /// response has been recorded; the worker runs only after that key's previous
     /// processing (and so its writes) finished.
     pub updates: Vec<(Arc<Json>, Arc<Json>)>,
+    /// What the object versions held here take ([`informer::size_of`]), counted in
+    /// [`Shared::held`].
+    ///
+    /// [`informer::size_of`]: super::informer::size_of
+    pub bytes: usize,
 }
 
 /// Per-key event backlog limit: a key that somehow never gets processed cannot grow
 /// without bound; the oldest events go first.
 pub(super) const MAX_PENDING_EVENTS: usize = 1000;
+
+/// What one controller's waiting events may hold in object versions, over all keys.
+/// Past it, the key whose change arrives is collapsed to one level-triggered reconcile
+/// (its queued events and updates are dropped, said in a warning): an object rewritten
+/// fast while the handlers are busy cannot make the operator keep every version.
+pub(super) const MAX_PENDING_BYTES: usize = 32 << 20;
 
 /// State shared by the informer callback, the timers and the workers.
 pub(super) struct Shared {
@@ -69,6 +91,8 @@ pub(super) struct Shared {
     pub store: Arc<Store>,
     pub queue: WorkQueue<WorkKey>,
     pub pending: Mutex<HashMap<Key, Pending>>,
+    /// The sum of every pending entry's `bytes`.
+    pub held: std::sync::atomic::AtomicUsize,
     /// The latest state of related objects waiting for their map function.
     pub related: Mutex<HashMap<(usize, Key), Arc<Json>>>,
     /// Children, watch_owned and watch_related informers.
@@ -91,6 +115,13 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// Takes `pending`, taken out of the map, off what the controller holds.
+    pub(super) fn release(&self, pending: Pending) -> Pending {
+        self.held
+            .fetch_sub(pending.bytes, std::sync::atomic::Ordering::Relaxed);
+        pending
+    }
+
     /// This controller's metrics for a scrape, the queue depth read now.
     pub(super) fn series(&self, extra: Vec<(&'static str, String)>) -> Series {
         self.metrics.set_queue_depth(self.queue.len());

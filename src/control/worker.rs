@@ -49,6 +49,9 @@ impl super::pool::Source for QueueSource {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
+        self.shared
+            .held
+            .store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -194,10 +197,13 @@ pub(super) fn process(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // No entry means a delayed requeue or a retry came due.
-        map.remove(key).unwrap_or(Pending {
-            reconcile: Some("requeue"),
-            ..Default::default()
-        })
+        map.remove(key).map_or(
+            Pending {
+                reconcile: Some("requeue"),
+                ..Default::default()
+            },
+            |p| shared.release(p),
+        )
     };
     // Judge every update (each echo is consumed from the write log), then decide.
     let outside_updates = pending
@@ -347,6 +353,11 @@ pub(super) fn redeliver(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let entry = map.entry(key.clone()).or_default();
+    let bytes: usize = events.iter().map(EventItem::size).sum();
+    entry.bytes += bytes;
+    shared
+        .held
+        .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     events.append(&mut entry.events);
     entry.events = events;
     if entry.reconcile.is_none() {
@@ -433,7 +444,7 @@ fn failed(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(key)
-            .map_or(0, |p| p.events.len());
+            .map_or(0, |p| shared.release(p).events.len());
         if undelivered > 0 {
             tracing::error!(controller = %shared.name, key = %key, undelivered, "giving up on {undelivered} undelivered events");
         }

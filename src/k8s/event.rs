@@ -17,6 +17,10 @@ pub struct EventSpec<'a> {
     pub namespace: Option<&'a str>,
 }
 
+/// The longest name, namespace, kind, uid, resourceVersion or apiVersion of an object
+/// an event is recorded on (a DNS subdomain's 253 characters).
+const NAME_LIMIT: usize = 253;
+
 /// The reporting component named on every event kite records.
 pub const COMPONENT: &str = "starkite";
 
@@ -62,6 +66,8 @@ pub struct Prepared {
     namespace: String,
     /// The Event as it is created (count 1).
     pub body: Json,
+    /// The body's size as JSON: what it takes while it waits.
+    bytes: usize,
 }
 
 impl Prepared {
@@ -70,12 +76,12 @@ impl Prepared {
         self.body["reason"].as_str().unwrap_or_default()
     }
 
-    /// About what it takes while it waits: its texts and names, and the rest of the
-    /// Event.
+    /// What it takes while it waits: the body as JSON, its keys, and a share for the
+    /// allocations around them. Every field counts, so that no part of the object the
+    /// script passed can ride along uncounted.
     pub fn weight(&self) -> usize {
         const REST: usize = 1024;
-        let text = |k: &str| self.body[k].as_str().map_or(0, str::len);
-        REST + text("message") + text("reason") + self.name.len() + self.object.len()
+        REST + self.bytes + self.name.len() + self.object.len() + self.namespace.len()
     }
 
     /// Takes the later time of an identical event merged into this one.
@@ -108,9 +114,34 @@ pub fn prepare(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Result<Pr
     let obj_ns = meta["namespace"].as_str();
     let namespace = spec.namespace.or(obj_ns).unwrap_or("default");
     let uid = meta["uid"].as_str().unwrap_or_default();
+    let api_version = match &obj["apiVersion"] {
+        Json::Null => None,
+        v => Some(
+            v.as_str()
+                .ok_or_else(|| Error::Manifest("the object's apiVersion is not a string".into()))?,
+        ),
+    };
+    // What names the object is copied into the Event: each is a name or a version, never
+    // a payload (an object with a 100 MB apiVersion is not one the API server served).
+    for (field, value) in [
+        ("apiVersion", api_version),
+        ("kind", Some(kind)),
+        ("metadata.name", Some(name)),
+        ("metadata.namespace", obj_ns),
+        ("metadata.uid", meta["uid"].as_str()),
+        ("metadata.resourceVersion", meta["resourceVersion"].as_str()),
+        ("namespace", spec.namespace),
+    ] {
+        if let Some(v) = value.filter(|v| v.len() > NAME_LIMIT) {
+            return Err(Error::Manifest(format!(
+                "the object's {field} is {} bytes; a name or version is at most {NAME_LIMIT}",
+                v.len()
+            )));
+        }
+    }
     let event_name = event_name(name, uid, spec);
     let ts = now();
-    let mut involved = json!({"apiVersion": obj["apiVersion"], "kind": kind, "name": name});
+    let mut involved = json!({"apiVersion": api_version, "kind": kind, "name": name});
     for (k, v) in [
         ("namespace", obj_ns),
         ("uid", meta["uid"].as_str()),
@@ -135,11 +166,13 @@ pub fn prepare(session: &Session, obj: &Json, spec: &EventSpec<'_>) -> Result<Pr
         "lastTimestamp": ts,
         "count": 1,
     });
+    let bytes = serde_json::to_vec(&body).map_err(Error::Encode)?.len();
     Ok(Prepared {
         object: format!("{}/{kind}/{name}/{uid}", obj_ns.unwrap_or_default()),
         name: event_name,
         namespace: namespace.to_owned(),
         body,
+        bytes,
     })
 }
 
@@ -256,5 +289,53 @@ mod tests {
         assert_ne!(a, event_name("web", "u1", &spec("R", "other")));
         assert_ne!(a, event_name("web", "u2", &spec("R", "m")));
         assert!(a.starts_with("web."));
+    }
+
+    fn session() -> Session {
+        let service = tower::service_fn(|_req: hyper::Request<kube::client::Body>| async {
+            Err::<hyper::Response<kube::client::Body>, std::io::Error>(std::io::Error::other(
+                "no server",
+            ))
+        });
+        Session::from_client(kube::Client::new(service, "t"), "t".into(), false)
+    }
+
+    /// The names copied from the object are names, never a payload that would ride in
+    /// the recorder's queue; and what waits is weighed whole.
+    #[tokio::test]
+    async fn the_objects_names_are_bounded_and_an_event_is_weighed_whole() {
+        let session = session();
+        let big = "v".repeat(10_000);
+        for (path, obj) in [
+            (
+                "apiVersion",
+                json!({"apiVersion": big, "kind": "K", "metadata": {"name": "a"}}),
+            ),
+            (
+                "apiVersion",
+                json!({"apiVersion": {"x": 1}, "kind": "K", "metadata": {"name": "a"}}),
+            ),
+            ("kind", json!({"kind": big, "metadata": {"name": "a"}})),
+            (
+                "metadata.uid",
+                json!({"kind": "K", "metadata": {"name": "a", "uid": big}}),
+            ),
+            (
+                "metadata.resourceVersion",
+                json!({"kind": "K", "metadata": {"name": "a", "resourceVersion": big}}),
+            ),
+        ] {
+            let e = prepare(&session, &obj, &spec("R", "m"))
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains(path)),
+                "{path}: {e:?}"
+            );
+        }
+        let obj = json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}});
+        let long = "r".repeat(5000);
+        let event = prepare(&session, &obj, &spec(&long, &"m".repeat(7000))).unwrap();
+        assert!(event.weight() > 12_000, "{}", event.weight());
     }
 }

@@ -5,7 +5,8 @@
 //! it) keeps a bounded queue and one task that writes it, a few at a time. Identical
 //! events waiting in the queue are merged into one write with their count; the events
 //! of one object are written one after the other, in the order they were recorded.
-//! A full queue drops the event, counts it in [`dropped`] and says so once.
+//! A full queue drops the event, counts it in [`dropped`] and says so once. The queue is
+//! bounded per identity, per namespace (a tenant's identities together) and per process.
 //! [`flush_all`] waits for what is queued (on `kite run`'s exit and the operator's
 //! SIGTERM, before its lease is released).
 //!
@@ -13,7 +14,7 @@
 //! A write that fails is logged and counted in [`failed`]; the script, which has moved
 //! on, does not see it. A script that must know passes `wait = True`.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -30,6 +31,10 @@ pub const QUEUE: usize = 1000;
 /// What one identity's waiting events may take (their messages and names, about): a
 /// tenant flooding its events fills its own queue, not the process's.
 const IDENTITY_BYTES: usize = 1 << 20;
+/// What the recorders of one namespace's sessions (a tenant's controllers, each its own
+/// identity) may take together: one tenant with many controllers cannot fill the
+/// process's room and have every other tenant's events dropped.
+const NAMESPACE_BYTES: usize = 8 << 20;
 /// What every recorder's waiting events may take together.
 const PROCESS_BYTES: usize = 64 << 20;
 /// Writes in flight at once, per recorder: the events of distinct objects overlap.
@@ -42,6 +47,19 @@ static PROCESS_PENDING: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 static SAID_DROPPED: AtomicBool = AtomicBool::new(false);
 static RECORDERS: Mutex<Vec<Weak<Outstanding>>> = Mutex::new(Vec::new());
+static NAMESPACES: Mutex<BTreeMap<String, Weak<AtomicUsize>>> = Mutex::new(BTreeMap::new());
+
+/// The waiting bytes of `namespace`'s recorders, shared by each of them.
+fn namespace_bytes(namespace: &str) -> Arc<AtomicUsize> {
+    let mut all = NAMESPACES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(shared) = all.get(namespace).and_then(Weak::upgrade) {
+        return shared;
+    }
+    all.retain(|_, w| w.strong_count() > 0);
+    let shared = Arc::new(AtomicUsize::new(0));
+    all.insert(namespace.to_owned(), Arc::downgrade(&shared));
+    shared
+}
 
 /// Events dropped because a recorder's queue was full, since the process started.
 pub fn dropped() -> u64 {
@@ -59,6 +77,8 @@ struct Outstanding {
     count: watch::Sender<usize>,
     /// What its waiting events take ([`Prepared::weight`]).
     bytes: AtomicUsize,
+    /// What its namespace's recorders' waiting events take.
+    namespace: Arc<AtomicUsize>,
 }
 
 impl Outstanding {
@@ -66,11 +86,16 @@ impl Outstanding {
         self.count.send_modify(|c| *c = c.saturating_add_signed(n));
     }
 
-    /// Takes room for `bytes` more, within this identity's and the process's bounds.
+    /// Takes room for `bytes` more, within this identity's, its namespace's and the
+    /// process's bounds.
     fn reserve(&self, bytes: usize) -> bool {
         let mine = self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let tenant = self.namespace.fetch_add(bytes, Ordering::Relaxed);
         let all = PROCESS_PENDING.fetch_add(bytes, Ordering::Relaxed);
-        if mine + bytes > IDENTITY_BYTES || all + bytes > PROCESS_BYTES {
+        if mine + bytes > IDENTITY_BYTES
+            || tenant + bytes > NAMESPACE_BYTES
+            || all + bytes > PROCESS_BYTES
+        {
             self.release(bytes);
             return false;
         }
@@ -79,6 +104,7 @@ impl Outstanding {
 
     fn release(&self, bytes: usize) {
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.namespace.fetch_sub(bytes, Ordering::Relaxed);
         PROCESS_PENDING.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
@@ -99,6 +125,7 @@ impl Recorder {
         let outstanding = Arc::new(Outstanding {
             count,
             bytes: AtomicUsize::new(0),
+            namespace: namespace_bytes(&session.namespace),
         });
         RECORDERS
             .lock()
@@ -397,6 +424,40 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let other =
             Session::from_client(slow_server(Duration::ZERO, seen.clone()), "t".into(), false);
+        let recorder = Recorder::start(&other, &tokio::runtime::Handle::current());
+        recorder.record(prepared(&other, "b", "mine"));
+        recorder.flush(Duration::from_secs(10)).await;
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+    /// A tenant's many identities together fill their namespace's room, not the
+    /// process's: another namespace's events are still written.
+    #[tokio::test]
+    async fn a_flooding_namespace_leaves_room_for_others() {
+        let mut flooders = Vec::new();
+        for _ in 0..(NAMESPACE_BYTES / IDENTITY_BYTES + 4) {
+            let stuck = Session::from_client(
+                slow_server(Duration::from_secs(30), Arc::default()),
+                "flooding-tenant".into(),
+                false,
+            );
+            let flooder = Recorder::start(&stuck, &tokio::runtime::Handle::current());
+            for i in 0..QUEUE {
+                flooder.record(prepared(&stuck, &format!("o{i}"), &"m".repeat(4000)));
+            }
+            flooders.push(flooder);
+        }
+        let tenant = flooders[0].outstanding.namespace.load(Ordering::Relaxed);
+        assert!(tenant <= NAMESPACE_BYTES, "{tenant}");
+        assert!(
+            tenant > NAMESPACE_BYTES / 2,
+            "the flood did fill it: {tenant}"
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let other = Session::from_client(
+            slow_server(Duration::ZERO, seen.clone()),
+            "quiet-tenant".into(),
+            false,
+        );
         let recorder = Recorder::start(&other, &tokio::runtime::Handle::current());
         recorder.record(prepared(&other, "b", "mine"));
         recorder.flush(Duration::from_secs(10)).await;

@@ -39,18 +39,30 @@ pub async fn caches(
     end: impl Future<Output = ()>,
 ) {
     let mut end = std::pin::pin!(end);
+    let mut stopping = tokio::task::JoinSet::new();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            () = &mut end => return,
+            () = &mut end => {
+                // Shutdown waits for the stops under way: each flushes its events.
+                while stopping.join_next().await.is_some() {}
+                return;
+            }
             _ = tick.tick() => {}
         }
         let shares = informers.shares();
         for (key, hosted, message) in registry.audit_caches(&shares) {
-            tracing::warn!(controller = %format!("{}/{}", key.0, key.1), reason = %message, "stopping a controller whose watches' caches passed its namespace's memory limit; refused for {} min", registry::RESERVE_FOR.as_secs() / 60);
-            stop(hosted).await;
-            let _ = stopped.send(key);
+            tracing::warn!(controller = %format!("{}/{}", key.0, key.1), reason = %message, "stopping a controller whose watches' caches passed its namespace's memory limit; its namespace is charged that much for every start for {} min", registry::RESERVE_FOR.as_secs() / 60);
+            // Each stop may wait out a running handler's grace: they run side by side,
+            // and the audit goes on meanwhile, so that one tenant's sleeping handlers
+            // cannot stretch the period for everyone.
+            let stopped = stopped.clone();
+            while stopping.try_join_next().is_some() {}
+            stopping.spawn(async move {
+                stop(hosted).await;
+                let _ = stopped.send(key);
+            });
         }
     }
 }

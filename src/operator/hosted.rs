@@ -97,6 +97,12 @@ pub struct Hosted {
     kept: usize,
     /// Its way into the shared informers, whose caches it is charged a share of.
     access: crate::control::informers::Access,
+    /// Whether those caches count against its namespace: a StarlarkController's do. A
+    /// ClusterStarlarkController's watch what every namespace holds, so charging them
+    /// to the operator's namespace would let any tenant's objects get an
+    /// administrator's controller stopped; its author, a cluster administrator, sizes
+    /// the operator for them (`resources.limits.memory`).
+    charges_caches: bool,
 }
 
 impl Hosted {
@@ -111,7 +117,11 @@ impl Hosted {
     ///
     /// [`Informers::shares`]: crate::control::informers::Informers::shares
     pub fn recharge(&mut self, shares: &HashMap<u64, usize>) -> Result<(), (usize, String)> {
-        let cached = shares.get(&self.access.id()).copied().unwrap_or(0);
+        let cached = if self.charges_caches {
+            shares.get(&self.access.id()).copied().unwrap_or(0)
+        } else {
+            0
+        };
         self.charge
             .resize(self.kept.saturating_add(cached))
             .map_err(|e| {
@@ -260,6 +270,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         charge,
         kept,
         access,
+        charges_caches: plan.confined,
     })
 }
 

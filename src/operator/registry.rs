@@ -41,14 +41,14 @@ pub struct Entry {
     /// RBAC lets read it): a new author, or a new object of the same name, starts a
     /// new one. Dropped when nothing runs.
     pub journal: Option<Era>,
-    /// What its caches held when it was stopped for it, and until when a new start is
-    /// charged that much from the outset ([`Registry::audit_caches`]).
-    pub reserve: Option<(usize, Instant)>,
 }
 
-/// How long a controller stopped for what its caches held is charged that much when it
-/// starts again: it is refused at once meanwhile, rather than let its caches fill again
-/// every retry. Afterwards it is given a fresh chance (the objects may be gone).
+/// How long after a controller was stopped for what its caches held every start in its
+/// namespace is charged that much: it is refused at once meanwhile, rather than let its
+/// caches fill again every retry. The charge belongs to the namespace, not to the
+/// object, so deleting and re-creating it, or starting the same watch under another
+/// name, does not escape it. Afterwards the namespace is given a fresh chance (the
+/// objects may be gone).
 pub const RESERVE_FOR: Duration = Duration::from_mins(10);
 
 /// One journal and whose it is.
@@ -70,6 +70,10 @@ pub struct Authority {
 #[derive(Default)]
 pub struct Registry {
     entries: Mutex<HashMap<Key, Entry>>,
+    /// Per namespace: what a controller's caches held when it was stopped for it, and
+    /// until when every start there is charged that much from the outset
+    /// ([`Registry::audit_caches`]). Kept when the object goes.
+    reserves: Mutex<HashMap<String, (usize, Instant)>>,
 }
 
 impl Registry {
@@ -221,7 +225,7 @@ impl Registry {
                 continue;
             };
             if let Err((cached, message)) = hosted.recharge(shares) {
-                entry.reserve = Some((cached, Instant::now() + RESERVE_FOR));
+                self.hold_reserve(&key.0, cached);
                 // Decided again at its next reconcile, not taken as still running.
                 entry.fingerprint = 0;
                 if let Some(h) = entry.hosted.take() {
@@ -232,19 +236,29 @@ impl Registry {
         over
     }
 
-    /// What a start of `key` is charged for its caches from the outset (see
-    /// [`Registry::audit_caches`]).
+    /// Charges every start in `namespace` `cached` bytes for [`RESERVE_FOR`] (the larger
+    /// of this and a reserve it already has).
+    fn hold_reserve(&self, namespace: &str, cached: usize) {
+        let mut reserves = self
+            .reserves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        reserves.retain(|_, (_, until)| *until > now);
+        let reserve = reserves.entry(namespace.to_owned()).or_insert((0, now));
+        *reserve = (reserve.0.max(cached), now + RESERVE_FOR);
+    }
+
+    /// What a start of `key` is charged for its caches from the outset: its namespace's
+    /// reserve (see [`Registry::audit_caches`] and [`RESERVE_FOR`]).
     pub fn reserve(&self, key: &Key) -> usize {
-        let mut entries = self.lock();
-        let Some(entry) = entries.get_mut(key) else {
-            return 0;
-        };
-        match entry.reserve {
-            Some((bytes, until)) if Instant::now() < until => bytes,
-            _ => {
-                entry.reserve = None;
-                0
-            }
+        let reserves = self
+            .reserves
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match reserves.get(&key.0) {
+            Some((bytes, until)) if Instant::now() < *until => *bytes,
+            _ => 0,
         }
     }
 
@@ -375,6 +389,29 @@ mod tests {
 
     /// A requeue of an object that went must not stop a new object of the same name
     /// created in between (issue 26, round 8).
+    #[test]
+    fn a_cache_reserve_belongs_to_the_namespace_and_outlives_the_object() {
+        let registry = Registry::default();
+        let key: Key = ("t".into(), "c".into());
+        registry.decide(key.clone(), "u", 1, Outcome::default(), None, None);
+        registry.hold_reserve("t", 100);
+        registry.hold_reserve("t", 40);
+        assert_eq!(registry.reserve(&key), 100, "the larger reserve stays");
+        assert!(registry.forget(&key, Some("u")).is_some());
+        assert_eq!(
+            registry.reserve(&key),
+            100,
+            "re-creating it does not escape"
+        );
+        let renamed: Key = ("t".into(), "other-name".into());
+        assert_eq!(registry.reserve(&renamed), 100, "nor does another name");
+        assert_eq!(
+            registry.reserve(&("u".into(), "c".into())),
+            0,
+            "another namespace"
+        );
+    }
+
     #[test]
     fn forgetting_a_gone_object_leaves_a_new_one_of_the_same_name() {
         let registry = Registry::default();

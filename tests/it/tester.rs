@@ -229,6 +229,17 @@ async fn the_testing_controller_follows_related_objects_retries_and_requeues() {
     assert!(stdout.ends_with("3 passed, 0 failed\n"), "{stdout}");
 }
 
+/// Issue 26: events waiting for a busy controller hold their objects' versions only up
+/// to the controller's bound; past it, an object rewritten fast collapses to a
+/// reconcile of its current state (and a small backlog still delivers every update).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_controllers_waiting_events_hold_a_bounded_number_of_versions() {
+    let out = kite_output(&["test", "tests/scripts/testing_pending"], T).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.ends_with("2 passed, 0 failed\n"), "{stdout}");
+}
+
 /// Issue 26: a reconcile driven by `k8s.testing` gets the test's budget when that is
 /// shorter than the handler's (60 s): a spinning one ends with the test.
 #[tokio::test(flavor = "multi_thread")]
