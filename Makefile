@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build image cluster-build cluster-up cluster-down tools lint unit-test test demo fmt clean bench bench-operator chaos upstream-compat
+.PHONY: all build image cluster-build cluster-up cluster-down tools lint unit-test test demo fmt clean bench bench-operator chaos upstream-compat test-compat
 
 all: build
 
@@ -55,6 +55,21 @@ tools:
 test: cluster-up tools build lint
 	$(CARGO) test --locked --lib --bins --tests
 	target/debug/kite test examples/
+
+## The oldest supported Kubernetes minor (see the README's "Supported Kubernetes
+## versions"); `make test` runs against the newest.
+KUBE_OLDEST := 1.34
+COMPAT_CLUSTER := KUBE_VERSION=$(KUBE_OLDEST) KITE_CLUSTER_DIR=$(CURDIR)/.cluster-compat KITE_CLUSTER_PORT_BASE=37000
+
+## The integration suite and the examples against a cluster of the oldest supported
+## minor, of its own (.cluster-compat, ports from 37000, beside the default one),
+## stopped afterwards whatever the result. Not part of `make test`.
+test-compat: tools build
+	$(COMPAT_CLUSTER) tests/cluster/up.sh
+	rc=0; \
+	$(COMPAT_CLUSTER) $(CARGO) test --locked --test it -- $(TESTS) || rc=$$?; \
+	$(COMPAT_CLUSTER) tests/cluster/down.sh; \
+	exit $$rc
 
 ## Upstream Starkite's own tests/*_test.star under kite, from a checkout you give
 ## (nothing is fetched): a table per file, checked against the README's.

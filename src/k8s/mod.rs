@@ -23,6 +23,7 @@ pub mod revisions;
 pub mod rollout;
 pub mod selector;
 pub mod session;
+pub mod support;
 pub mod template;
 pub mod top;
 pub mod try_call;

@@ -131,6 +131,12 @@ impl Session {
         quiet.read_timeout = None;
         let streaming = kube::Client::try_from(quiet).map_err(Error::BuildClient)?;
         let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
+        // Once per process, in the background: a cluster outside the supported range is
+        // said at the start, not guessed from a later 404.
+        static CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tokio::spawn(super::support::warn_if_unsupported(client.clone()));
+        }
         Ok(Self {
             discovery: Discovery::new(client.clone()),
             streaming,

@@ -129,6 +129,7 @@ pub async fn run(
     opts: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    tokio::spawn(crate::k8s::support::warn_if_unsupported(client.clone()));
     let crs: Api<StarlarkController> = match &opts.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),

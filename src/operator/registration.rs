@@ -31,6 +31,18 @@ pub enum Error {
     Timeout { name: String },
     #[error("--selector {selector:?}: {problem}")]
     ParseSelector { selector: String, problem: String },
+    /// The API server stored the configuration without a field kite relies on: it is
+    /// older than the feature. The webhook is then not taken as registered, so nothing
+    /// is approved or started (reviews never get weaker than kite's own).
+    #[error(
+        "MutatingWebhookConfiguration {name}: the API server dropped `{field}`, which needs Kubernetes {needs} or newer (kite supports {supported}); upgrade the cluster"
+    )]
+    Unsupported {
+        name: String,
+        field: &'static str,
+        needs: &'static str,
+        supported: &'static str,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -184,7 +196,7 @@ pub async fn registration(client: &kube::Client, reg: &Registration, ca: &str) -
         }
     }
     let params = PatchParams::apply(MANAGER).force();
-    tokio::time::timeout(
+    let stored = tokio::time::timeout(
         CALL_TIMEOUT,
         api.patch(&name, &params, &Patch::Apply(&wanted)),
     )
@@ -194,7 +206,32 @@ pub async fn registration(client: &kube::Client, reg: &Registration, ca: &str) -
         name: name.clone(),
         source,
     })?;
+    let stored = serde_json::to_value(&stored).unwrap_or_default();
+    if let Some(field) = dropped(&stored["webhooks"], &wanted["webhooks"]) {
+        return Err(Error::Unsupported {
+            name,
+            field,
+            needs: "1.30",
+            supported: crate::k8s::support::SUPPORTED,
+        });
+    }
     Ok(true)
+}
+
+/// A field kite needs that the API server did not keep: `matchConditions` (GA in 1.30),
+/// without which the webhook would review what it should not, or the configuration would
+/// be re-applied for ever.
+fn dropped(stored: &Json, wanted: &Json) -> Option<&'static str> {
+    let (Some(stored), Some(wanted)) = (stored.as_array(), wanted.as_array()) else {
+        return None;
+    };
+    wanted
+        .iter()
+        .zip(stored.iter().chain(std::iter::repeat(&Json::Null)))
+        .find_map(|(w, s)| {
+            (w.get("matchConditions").is_some() && s.get("matchConditions").is_none())
+                .then_some("matchConditions")
+        })
 }
 
 /// Renews the serving certificate if due and applies the webhook configuration if it
@@ -391,6 +428,19 @@ fn terms(selector: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An API server older than matchConditions stores the configuration without them:
+    /// that is an error, never a registration that reviews other updates.
+    #[test]
+    fn a_dropped_match_condition_is_found() {
+        let wanted =
+            json!([{"name": "a", "matchConditions": [{"name": "c", "expression": "true"}]}]);
+        assert_eq!(dropped(&wanted, &wanted), None);
+        let stored = json!([{"name": "a"}]);
+        assert_eq!(dropped(&stored, &wanted), Some("matchConditions"));
+        assert_eq!(dropped(&json!([]), &wanted), Some("matchConditions"));
+        assert_eq!(dropped(&stored, &json!([{"name": "a"}])), None);
+    }
 
     #[test]
     fn selectors_become_label_selectors() {
