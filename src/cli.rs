@@ -398,7 +398,7 @@ pub struct TestArgs {
 
 /// What a script may reach outside the process; nothing unless allowed.
 #[derive(Debug, Clone, Args)]
-#[allow(clippy::struct_excessive_bools)] // one switch per flag
+#[expect(clippy::struct_excessive_bools, reason = "one switch per flag")]
 pub struct PermissionArgs {
     /// Allow everything below.
     #[arg(long)]

@@ -59,7 +59,9 @@ pub enum Error {
 /// The result type of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-const METRICS_CONTENT_TYPE: &str = crate::control::metrics::CONTENT_TYPE;
+/// The `Content-Type` of a Prometheus scrape: the text format (version 0.0.4) that
+/// `prometheus-client` encodes the controllers' metrics in.
+pub const METRICS_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 // Without a pause, a persistent accept error (EMFILE) would spin a core.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

@@ -54,23 +54,6 @@
 //! The re-exports below are exactly what the `kite` binary, the integration tests and
 //! the benchmarks call; anything else is free to change.
 
-#![warn(clippy::pedantic)]
-// The allow list, with why: docs/design/lints.md.
-#![allow(
-    clippy::doc_markdown,
-    clippy::must_use_candidate,
-    clippy::too_many_lines,
-    clippy::cast_precision_loss,
-    clippy::format_push_string,
-    clippy::format_collect,
-    clippy::struct_excessive_bools,
-    clippy::fn_params_excessive_bools,
-    clippy::similar_names,
-    clippy::struct_field_names,
-    clippy::unnecessary_wraps,
-    clippy::needless_pass_by_value
-)]
-
 pub mod cli;
 
 mod artifacts;
@@ -140,6 +123,8 @@ pub use script::json::from_starlark;
 
 #[cfg(test)]
 mod layers;
+#[cfg(test)]
+mod lines;
 
 /// The unit tests run with the binary's allocator, so memory limits are tested as run.
 #[cfg(test)]

@@ -34,8 +34,14 @@ impl Edition for Kite {
     }
 
     fn module_attrs() -> &'static [ModuleAttr] {
-        &[("testing", crate::testing::namespace)]
+        &[("testing", testing_namespace)]
     }
+}
+
+/// `k8s.testing`, handed the library its controllers under test are loaded with:
+/// this one, as `testing` cannot name the layer above it.
+fn testing_namespace() -> starlark::values::FrozenValue {
+    crate::testing::namespace(library)
 }
 
 /// The composed library, built once.

@@ -1,12 +1,5 @@
 //! The `kite` binary: parses the command line and wires the library together.
 
-#![warn(clippy::pedantic)]
-#![allow(
-    clippy::doc_markdown,
-    clippy::too_many_lines,
-    clippy::needless_pass_by_value
-)]
-
 use std::process::ExitCode;
 
 use std::sync::Arc;

@@ -1,5 +1,10 @@
 //! `make bench`: the API server's patch limit, a native kube-rs controller and kite, side by side.
 
+#![allow(
+    clippy::pedantic,
+    reason = "a benchmark is a script of cluster calls and measurements; pedantic does not make it easier to read (docs/design/lints.md)"
+)]
+
 mod cluster;
 mod native;
 mod procstat;

@@ -3,12 +3,23 @@
 //! then three sharded replicas: time to Ready, memory, threads, watches, drift, spread
 //! and failover.
 
-#[allow(dead_code)]
+#![allow(
+    clippy::pedantic,
+    reason = "a benchmark is a script of cluster calls and measurements; pedantic does not make it easier to read (docs/design/lints.md)"
+)]
+
+#[allow(
+    dead_code,
+    reason = "shared with the `controllers` bench, which uses all of it"
+)]
 #[path = "../controllers/cluster.rs"]
 mod cluster;
 mod fleet;
 mod operator;
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "shared with the `controllers` bench, which uses all of it"
+)]
 #[path = "../controllers/procstat.rs"]
 mod procstat;
 

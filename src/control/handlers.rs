@@ -2,6 +2,11 @@
 //! thread: a fresh temporary heap and evaluator per call, a time budget enforced by the
 //! evaluator's cancel hook, and the return value decoded.
 
+#![expect(
+    unsafe_code,
+    reason = "a frozen value kept alive by a heap reference (unchecked_frozen_value)"
+)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 

@@ -13,8 +13,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// The `Content-Type` of what [`Scrape::render`] returns.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+/// The `Content-Type` of what [`Scrape::render`] returns; it lives with the server
+/// that sends it, below this layer.
+pub use crate::http::METRICS_CONTENT_TYPE as CONTENT_TYPE;
 
 /// Upper bounds (seconds) of the reconcile duration histogram buckets.
 const BUCKETS: [f64; 13] = [

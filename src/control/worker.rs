@@ -409,7 +409,6 @@ fn journal(shared: &Shared, text: impl FnOnce() -> String) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn failed(
     shared: &Shared,
     runtime: &tokio::runtime::Handle,

@@ -36,6 +36,7 @@ pub fn delete(store: &mut Store, events: &Sender<Arc<Event>>, key: &Key) -> Resu
                 resource: &resource,
                 key: key.clone(),
                 verb: "delete",
+                #[cfg(test)]
                 manager: None,
                 before: Some(obj),
                 after: Some(marked),
@@ -77,6 +78,7 @@ fn remove(
             resource,
             key: key.clone(),
             verb: "delete",
+            #[cfg(test)]
             manager: None,
             before: Some(obj),
             after: None,

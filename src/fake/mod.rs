@@ -168,19 +168,17 @@ fn details(group: &str, plural: &str, name: &str) -> Json {
 }
 
 /// One write to the fake, as [`FakeCluster::writes_since`] reports it.
-// The contract `k8s.testing` builds on; not every field is read there yet.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct Write {
     pub seq: u64,
     /// `create`, `update`, `patch`, `apply`, `status` or `delete`.
     pub verb: &'static str,
-    pub api_version: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
+    /// The field manager that wrote it; only the tests read it.
+    #[cfg(test)]
     pub manager: Option<String>,
-    pub before: Option<Json>,
     /// None when the object was removed.
     pub after: Option<Json>,
 }
@@ -252,8 +250,7 @@ impl FakeCluster {
 
     /// Every stored object (apiVersion and kind set), sorted by (apiVersion, kind,
     /// namespace, name).
-    // The contract `k8s.testing` builds on; only the tests call it yet.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub fn objects(&self) -> Vec<Json> {
         let mut all = self.shared.lock().all_objects();
         all.sort_by_key(sort_key);
@@ -318,6 +315,7 @@ impl Shared {
     }
 }
 
+#[cfg(test)]
 fn sort_key(obj: &Json) -> (String, String, String, String) {
     let text = |v: &Json| v.as_str().unwrap_or_default().to_owned();
     (

@@ -51,6 +51,8 @@ pub struct Change<'a> {
     pub resource: &'a Resource,
     pub key: Key,
     pub verb: &'static str,
+    /// The field manager, for the [`Write`] the tests read.
+    #[cfg(test)]
     pub manager: Option<String>,
     pub before: Option<Json>,
     pub after: Option<Json>,
@@ -101,7 +103,7 @@ impl Store {
         })
     }
 
-    #[allow(dead_code)] // for FakeCluster::objects
+    #[cfg(test)]
     pub fn all_objects(&self) -> Vec<Json> {
         self.objects.values().map(|e| e.object.clone()).collect()
     }
@@ -142,6 +144,7 @@ impl Store {
             resource,
             key,
             verb,
+            #[cfg(test)]
             manager,
             before,
             after,
@@ -204,12 +207,11 @@ impl Store {
         self.writes.push_back(Write {
             seq,
             verb,
-            api_version: resource.api_resource.api_version.clone(),
             kind: resource.api_resource.kind.clone(),
             namespace: key.2,
             name: key.3,
+            #[cfg(test)]
             manager,
-            before,
             after: (kind != EventType::Deleted).then(|| object.clone()),
         });
         object

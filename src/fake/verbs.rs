@@ -400,7 +400,10 @@ fn strip_server_fields(obj: &mut Json) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one argument per part of the write the caller has already split"
+)]
 fn commit_new(
     store: &mut Store,
     events: &Sender<Arc<Event>>,
@@ -428,6 +431,7 @@ fn commit_new(
             resource: &t.resource,
             key,
             verb,
+            #[cfg(test)]
             manager: opts.manager.clone(),
             before: None,
             after: Some(obj),
@@ -539,18 +543,18 @@ fn finish_owned(
             .add_crd(&new)
             .map_err(|why| Error::Invalid(format!("CustomResourceDefinition is invalid: {why}")))?;
     }
-    let manager = if verb == "apply" {
-        opts.manager.clone()
-    } else {
-        Some(opts.manager.clone().unwrap_or_else(|| "unknown".into()))
-    };
     let out = store.commit(
         events,
         Change {
             resource: &t.resource,
             key: key.clone(),
             verb,
-            manager,
+            #[cfg(test)]
+            manager: if verb == "apply" {
+                opts.manager.clone()
+            } else {
+                Some(opts.manager.clone().unwrap_or_else(|| "unknown".into()))
+            },
             before: Some(entry.object.clone()),
             after: Some(new),
             owners: entry.owners.clone(),

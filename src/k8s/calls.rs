@@ -1,6 +1,9 @@
 //! The bodies of the `k8s` client's functions: `get`, `list`, `apply`, `patch`, `delete`,
 //! `wait_for`, `watch`, `control`, and the rest. The client value is [`super::module`].
-#![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
+#![expect(
+    clippy::too_many_arguments,
+    reason = "keyword arguments map one-to-one onto parameters"
+)]
 
 use serde_json::{Value as Json, json};
 use starlark::environment::MethodsBuilder;
@@ -479,7 +482,10 @@ pub(super) fn client_methods(builder: &mut MethodsBuilder) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "keyword arguments map one-to-one onto parameters"
+)]
 fn meta_patch<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
     this: Value<'v>,

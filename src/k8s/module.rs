@@ -5,6 +5,11 @@
 //! `k8s` itself is a client value with the default session; `k8s.config(...)` returns
 //! another client value whose methods are the same functions.
 
+#![expect(
+    unsafe_code,
+    reason = "ProvidesStaticType for a generic and a borrowed type, which the derive cannot write; and the derive's own unsafe impl"
+)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;

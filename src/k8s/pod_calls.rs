@@ -1,6 +1,9 @@
 //! The `k8s` client's pod I/O functions: `logs`, `logs_follow`, `exec`, `port_forward`
 //! and `cp`, with upstream's names, arguments and results.
-#![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
+#![expect(
+    clippy::too_many_arguments,
+    reason = "keyword arguments map one-to-one onto parameters"
+)]
 
 use std::fmt::Display;
 use std::time::Duration;

@@ -2,6 +2,11 @@
 //! pod port over the API server's `portforward` subresource, until `stop()` or the end
 //! of the run. The script gets a handle (`local_port`, `stop()`), as upstream returns.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -188,7 +193,6 @@ fn handle_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(HANDLE_METHODS = handle_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
 #[starlark_value(type = "port_forward")]
 impl<'v> StarlarkValue<'v> for Handle {
     fn get_methods() -> Option<&'static Methods> {

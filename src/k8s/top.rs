@@ -97,7 +97,10 @@ fn split_quantity(q: &str) -> Option<(f64, &str)> {
 }
 
 /// kubectl top's rendering: whole millicores and whole mebibytes.
-#[allow(clippy::cast_possible_truncation)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "whole millicores and mebibytes, far below 2^63"
+)]
 fn usage_row(usage: &Json) -> (i64, i64) {
     let cpu = usage["cpu"].as_str().and_then(cpu_millis).unwrap_or(0.0);
     let mem = usage["memory"]
@@ -111,7 +114,11 @@ fn mebi(bytes: i64) -> String {
     format!("{}Mi", bytes / (1024 * 1024))
 }
 
-#[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    reason = "a percentage of a node's capacity, far below 2^52"
+)]
 fn percent(used: i64, of: Option<f64>) -> Json {
     match of {
         Some(total) if total > 0.0 => json!((used as f64 * 100.0 / total).round() as i64),
@@ -189,7 +196,10 @@ pub async fn nodes(session: &Session) -> Result<Vec<Json>> {
 
 /// A pod's total request of `resource` over its containers: the one container's own
 /// text when only one asks (as upstream reports it), else the sum in kubectl's units.
-#[allow(clippy::cast_possible_truncation)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "whole millicores and mebibytes, far below 2^63"
+)]
 fn request(pod: &Json, resource: &str) -> String {
     let asked: Vec<&str> = pod["spec"]["containers"]
         .as_array()
@@ -215,7 +225,10 @@ fn request(pod: &Json, resource: &str) -> String {
 ///
 /// # Errors
 /// As [`nodes`], and an unknown `sort_by`.
-#[allow(clippy::cast_possible_truncation)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "whole millicores and mebibytes, far below 2^63"
+)]
 pub async fn pods(session: &Session, namespace: &str, sort_by: &str) -> Result<Vec<Json>> {
     if !matches!(sort_by, "" | "cpu" | "memory") {
         return Err(Error::Invalid(format!(

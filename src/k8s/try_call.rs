@@ -1,6 +1,11 @@
 //! `k8s.try_<fn>(...)`: calls `<fn>` and returns a result (`.ok`, `.value`, `.error`)
 //! instead of failing.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt::{self, Display};
 
 use allocative::Allocative;

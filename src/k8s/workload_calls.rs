@@ -1,7 +1,10 @@
 //! The `k8s` client's workload functions, with upstream's names and arguments: `deploy`,
 //! `run`, `expose`, `scale`, `autoscale`, `rollout`, `set_image`, `set_env`,
 //! `set_resources` and `describe`.
-#![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
+#![expect(
+    clippy::too_many_arguments,
+    reason = "keyword arguments map one-to-one onto parameters"
+)]
 
 use std::time::Duration;
 

@@ -136,7 +136,10 @@ impl Hosted {
     }
 }
 
-#[allow(clippy::cast_precision_loss)] // a message: one decimal is all it shows
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "a message: one decimal is all it shows"
+)]
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }

@@ -27,7 +27,10 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn mib(bytes: usize) -> String {
-    #[allow(clippy::cast_precision_loss)] // a message: one decimal is all it shows
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a message: one decimal is all it shows"
+    )]
     let m = bytes as f64 / (1024.0 * 1024.0);
     format!("{m:.1}")
 }

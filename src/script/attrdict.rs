@@ -9,6 +9,11 @@
 //! not the `items()` method. Use `[(k, obj[k]) for k in obj]` to get the pairs then.
 //! `dict(obj)` does not accept an AttrDict; `obj.to_dict()` (upstream's) copies one.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt::{self, Display};
 
 use allocative::Allocative;

@@ -1,5 +1,10 @@
 //! The host context a script runs in, handed to builtins through `Evaluator.extra`.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -193,7 +193,11 @@ mod tests {
         }
     }
 
-    #[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)] // small test values
+    #[expect(
+        clippy::cast_possible_wrap,
+        clippy::cast_possible_truncation,
+        reason = "small test values"
+    )]
     fn random_json(r: &mut Lcg, depth: u32) -> Json {
         match r.next(if depth > 4 { 6 } else { 8 }) {
             0 => Json::Null,

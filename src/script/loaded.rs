@@ -3,6 +3,11 @@
 //! `greeter.greet("x")`. It holds the file's public names (not `_private` ones, not what
 //! the file itself loaded).
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;

@@ -315,7 +315,10 @@ fn find(dir: &Path, root: Option<&Path>, name: &str) -> Result<Target, String> {
 
 /// Whether `load(name)` names a path (`lib/x.star`, `./mod`) rather than a module to
 /// search for; upstream's test is exactly a slash or a `.star` ending.
-#[allow(clippy::case_sensitive_file_extension_comparisons)] // upstream's exact test
+#[expect(
+    clippy::case_sensitive_file_extension_comparisons,
+    reason = "upstream's exact test"
+)]
 fn is_path(name: &str) -> bool {
     name.contains('/') || name.ends_with(".star")
 }

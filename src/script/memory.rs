@@ -24,6 +24,11 @@
 //! for a moment. Memory is counted per thread, and nothing is counted unless the
 //! binary installs [`Counting`] as its global allocator.
 
+#![expect(
+    unsafe_code,
+    reason = "the counting global allocator: GlobalAlloc is an unsafe trait over the system allocator, and malloc tuning is libc"
+)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

@@ -2,6 +2,11 @@
 //! as upstream Starkite's `Result`, and the `Result(ok, value, error)` global that makes
 //! one (what `retry.do` judges a function by).
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -87,7 +92,6 @@ where
 pub fn result_global(builder: &mut GlobalsBuilder) {
     /// A Result: `Result(ok=True, value=v)` or `Result(ok=False, error="why")`, as a
     /// `try_` call returns one (`retry.do` judges a function by it).
-    #[allow(non_snake_case)] // upstream's name
     fn Result<'v>(
         ok: bool,
         #[starlark(default = NoneOr::None)] value: NoneOr<Value<'v>>,

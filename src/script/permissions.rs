@@ -38,7 +38,10 @@ pub struct Denied {
 
 /// What this run may do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[allow(clippy::struct_excessive_bools)] // one switch per flag, as the command line has
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one switch per flag, as the command line has"
+)]
 pub struct Permissions {
     pub k8s: bool,
     pub net: bool,

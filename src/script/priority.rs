@@ -3,6 +3,11 @@
 //! thread is left to finish at the lowest priority, taking a core only while nothing
 //! else wants one.
 
+#![allow(
+    unsafe_code,
+    reason = "gettid and setpriority (libc); Linux only, hence allow rather than expect"
+)]
+
 /// A thread's kernel id (Linux), for [`lowest`].
 pub fn thread_id() -> Option<i32> {
     #[cfg(target_os = "linux")]

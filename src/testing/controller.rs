@@ -2,6 +2,11 @@
 //! loaded without its loop, and the value a test drives it with: `reconcile`, `delete`,
 //! `run_until_idle` and `advance`.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -51,7 +56,10 @@ starlark::starlark_simple_value!(TestController);
 
 starlark::methods_static!(CONTROLLER_METHODS = controller_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "k8s.testing.controller")]
 impl<'v> StarlarkValue<'v> for TestController {
     fn get_methods() -> Option<&'static Methods> {

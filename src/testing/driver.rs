@@ -94,7 +94,7 @@ impl Driver {
         let mut permissions = caller.permissions;
         permissions.k8s = true;
         let mut host = Host::new(
-            crate::library::library(),
+            super::library(),
             Vars::from_map(vars),
             permissions,
             runtime.clone(),

@@ -18,11 +18,27 @@ use std::sync::OnceLock;
 use starlark::environment::{Globals, GlobalsBuilder};
 use starlark::values::FrozenValue;
 
+use crate::script::library::Library;
+
 pub use controller::signatures;
 
-/// The `k8s.testing` namespace value, built once.
-pub fn namespace() -> FrozenValue {
+/// The library a controller under test is loaded with, as the layer above (`library`)
+/// hands it in through [`namespace`]: this layer must not name `library`.
+static LIBRARY: OnceLock<fn() -> &'static Library> = OnceLock::new();
+
+/// The library [`namespace`] was handed, for the scripts `k8s.testing.controller` loads.
+fn library() -> &'static Library {
+    let library = LIBRARY
+        .get()
+        .expect("k8s.testing is reached only through the namespace, which sets the library");
+    library()
+}
+
+/// The `k8s.testing` namespace value, built once. `library` is what the controllers
+/// under test are loaded with (`kite run`'s library, which has this namespace in it).
+pub fn namespace(library: fn() -> &'static Library) -> FrozenValue {
     static GLOBALS: OnceLock<Globals> = OnceLock::new();
+    LIBRARY.get_or_init(|| library);
     let globals = GLOBALS.get_or_init(|| {
         GlobalsBuilder::new()
             .with_namespace("testing", |b| {

@@ -93,12 +93,10 @@ mod tests {
         let write = |kind: &str, after: Json| Write {
             seq: 1,
             verb: "create",
-            api_version: "v1".into(),
             kind: kind.into(),
             namespace: "default".into(),
             name: "n".into(),
             manager: None,
-            before: None,
             after: Some(after),
         };
         let writes = vec![

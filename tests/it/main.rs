@@ -4,6 +4,11 @@
 //! cluster-wide controllers (the seed's examples) hold `support::exclusive()`, and the
 //! tests that stop the API server live in their own binary (`tests/apiserver`).
 
+#![allow(
+    clippy::pedantic,
+    reason = "the integration tests are scripts of kubectl calls and assertions; pedantic does not make them easier to read (docs/design/lints.md)"
+)]
+
 mod support;
 
 mod artifacts;

@@ -35,7 +35,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// # Errors
 /// Bad TLS files, a busy port, or the controller's own start-up errors.
-#[allow(clippy::implicit_hasher)] // the positions `script::run` returns
+#[expect(
+    clippy::implicit_hasher,
+    reason = "the positions `script::run` returns"
+)]
 pub fn run(
     host: Arc<Host>,
     mut handoff: Handoff,

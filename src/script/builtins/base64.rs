@@ -6,6 +6,11 @@
 //! `base64.file` reads this machine's files: it is in the files capability (behind
 //! `--allow-fs`), never a hosted script's. Decoding ignores line breaks, as Go's does.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -216,7 +221,10 @@ fn source_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(SOURCE_METHODS = source_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "base64.source")]
 impl<'v> StarlarkValue<'v> for Source {
     fn get_methods() -> Option<&'static Methods> {
@@ -327,7 +335,10 @@ fn file_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(FILE_METHODS = file_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "base64.file")]
 impl<'v> StarlarkValue<'v> for File {
     fn get_methods() -> Option<&'static Methods> {

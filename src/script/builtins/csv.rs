@@ -6,6 +6,11 @@
 //! Files are read whole, up to the `fs` module's read cap. `headers=` also heads a file
 //! written from lists (upstream's code ignores it there, its documentation does not).
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -168,7 +173,10 @@ fn file_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(FILE_METHODS = file_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "csv.file")]
 impl<'v> StarlarkValue<'v> for CsvFile {
     fn get_methods() -> Option<&'static Methods> {

@@ -5,6 +5,11 @@
 //! `hash.file` reads the local file system, so it needs `--allow-fs`; it streams the
 //! file, so its size does not count against the script's memory.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::io::Read;
 use std::path::PathBuf;
@@ -240,7 +245,10 @@ starlark::methods_static!(
     }
 );
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "hash.source")]
 impl<'v> StarlarkValue<'v> for Source {
     fn get_methods() -> Option<&'static Methods> {
@@ -252,7 +260,10 @@ impl<'v> StarlarkValue<'v> for Source {
     }
 }
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "hash.file")]
 impl<'v> StarlarkValue<'v> for File {
     fn get_methods() -> Option<&'static Methods> {

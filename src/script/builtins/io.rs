@@ -8,6 +8,11 @@
 //! the line being read is then kept for the next question. Stdin is read by one thread
 //! for the whole process, so questions from several scripts take turns.
 
+#![expect(
+    unsafe_code,
+    reason = "turning the terminal's echo off and back on (termios, libc)"
+)]
+
 use std::io::{BufRead, Read, Write};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Mutex, OnceLock, PoisonError};

@@ -5,6 +5,11 @@
 //! Offsets (`start`, `end`) are byte offsets, as upstream's. A pattern's compiled size
 //! is limited (1 MiB) so that an untrusted script cannot exhaust memory with one.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -280,7 +285,10 @@ fn pattern_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(PATTERN_METHODS = pattern_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "regexp.pattern")]
 impl<'v> StarlarkValue<'v> for Pattern {
     fn get_methods() -> Option<&'static Methods> {

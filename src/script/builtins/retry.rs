@@ -231,7 +231,10 @@ pub fn retry_namespace(builder: &mut GlobalsBuilder) {
     /// between attempts; returns a RetryResult (`ok`, `value`, `error`, `attempts`,
     /// `elapsed`, `errors`). `retry_on(error)` returning False stops early;
     /// `on_retry(attempt, error)` runs before each retry; `timeout` bounds the whole.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "upstream's signature, one argument each"
+    )]
     fn r#do<'v>(
         #[starlark(require = pos)] func: StarlarkCallable<'v>,
         #[starlark(default = 3)] max_attempts: i32,
@@ -258,7 +261,10 @@ pub fn retry_namespace(builder: &mut GlobalsBuilder) {
 
     /// As `do`, but the delay doubles after each retry, up to `max_delay`, with jitter
     /// by default.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "upstream's signature, one argument each"
+    )]
     fn with_backoff<'v>(
         #[starlark(require = pos)] func: StarlarkCallable<'v>,
         #[starlark(default = 5)] max_attempts: i32,
@@ -286,7 +292,10 @@ pub fn retry_namespace(builder: &mut GlobalsBuilder) {
 
     /// `do(...)` as a result whose value is the RetryResult; a bad argument gives
     /// `ok=False` instead of an error.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "upstream's signature, one argument each"
+    )]
     fn try_do<'v>(
         #[starlark(require = pos)] func: StarlarkCallable<'v>,
         #[starlark(default = 3)] max_attempts: i32,
@@ -311,7 +320,10 @@ pub fn retry_namespace(builder: &mut GlobalsBuilder) {
     }
 
     /// `with_backoff(...)` as a result whose value is the RetryResult.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "upstream's signature, one argument each"
+    )]
     fn try_with_backoff<'v>(
         #[starlark(require = pos)] func: StarlarkCallable<'v>,
         #[starlark(default = 5)] max_attempts: i32,

@@ -4,6 +4,8 @@
 //! # Caveats
 //! kite is not a Go program: `go_version()` says so instead of naming a Go release.
 
+#![expect(unsafe_code, reason = "uname (libc)")]
+
 use starlark::environment::GlobalsBuilder;
 use starlark::starlark_module;
 use starlark::values::dict::AllocDict;

@@ -6,6 +6,11 @@
 //! columns is an error (upstream's code would crash). A rendering larger than
 //! [`RENDER_CAP`] fails instead of being built.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -152,7 +157,10 @@ fn table_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(TABLE_METHODS = table_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "table")]
 impl<'v> StarlarkValue<'v> for Table {
     fn get_methods() -> Option<&'static Methods> {

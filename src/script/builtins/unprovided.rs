@@ -1,6 +1,11 @@
 //! The upstream Starkite modules kite does not provide (`ai`, `mcp`, `inventory`): each
 //! is a global whose every use fails saying so, never as an undefined name.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;

@@ -1,6 +1,11 @@
 //! `yaml`: encode and decode YAML (one or many documents), and read or write YAML files
 //! under `--allow-fs`, as upstream Starkite's module. Mappings decode to AttrDicts.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -126,7 +131,10 @@ fn file_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(FILE_METHODS = file_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "yaml.file")]
 impl<'v> StarlarkValue<'v> for File {
     fn get_methods() -> Option<&'static Methods> {
@@ -197,7 +205,10 @@ fn writer_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(WRITER_METHODS = writer_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "yaml.writer")]
 impl<'v> StarlarkValue<'v> for Writer {
     fn get_methods() -> Option<&'static Methods> {

@@ -3,7 +3,11 @@
 //! Every test gets its own namespace ([`TestNamespace`]), waits with deadlines
 //! ([`wait_until`]), and runs `kite` through [`Kite`], which kills the process when the
 //! test ends, passed or failed. Tests may run in parallel.
-#![allow(dead_code, unused_imports)] // the `apiserver` binary uses only a part of this module
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "the `apiserver` binary uses only a part of this module"
+)]
 
 pub mod certs;
 pub mod etcd;

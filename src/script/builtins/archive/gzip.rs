@@ -6,6 +6,11 @@
 //! Level -2 (Go's Huffman-only) compresses as level 1: flate2 has no Huffman-only mode;
 //! the output is valid gzip either way.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::io::{BufReader, BufWriter, Write};
 
@@ -265,7 +270,10 @@ fn source_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(SOURCE_METHODS = source_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "gzip.source")]
 impl<'v> StarlarkValue<'v> for Source {
     fn get_methods() -> Option<&'static Methods> {
@@ -330,7 +338,10 @@ fn file_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(FILE_METHODS = file_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "gzip.file")]
 impl<'v> StarlarkValue<'v> for GzFile {
     fn get_methods() -> Option<&'static Methods> {

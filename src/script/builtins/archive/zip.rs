@@ -9,6 +9,11 @@
 //! A `base_dir` that a file is not under leaves that file's name whole, where Go would
 //! write a `../` name.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::File;
@@ -473,7 +478,10 @@ fn archive_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(ARCHIVE_METHODS = archive_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "zip.archive")]
 impl<'v> StarlarkValue<'v> for Archive {
     fn get_methods() -> Option<&'static Methods> {

@@ -1,6 +1,8 @@
 //! The `Path` methods that touch the disk: queries, reads and writes, file operations
 //! and directories. Each checks `--allow-fs` and names itself and the path on failure.
 
+#![expect(unsafe_code, reason = "getuid and statvfs (libc)")]
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -520,14 +522,16 @@ pub(super) fn dir_methods(builder: &mut MethodsBuilder) {
         if unsafe { libc::statvfs(c.as_ptr(), &raw mut st) } != 0 {
             return Err(failed(&call, &full, std::io::Error::last_os_error()));
         }
-        // The field types are narrower than u64 on some targets.
-        #[allow(clippy::useless_conversion)]
+        #[allow(
+            clippy::useless_conversion,
+            reason = "the field types are narrower than u64 on some targets"
+        )]
         let frsize = u64::from(st.f_frsize).max(1);
-        #[allow(clippy::useless_conversion)]
+        #[allow(clippy::useless_conversion, reason = "as above, per target")]
         let total = u64::from(st.f_blocks).saturating_mul(frsize);
-        #[allow(clippy::useless_conversion)]
+        #[allow(clippy::useless_conversion, reason = "as above, per target")]
         let free = u64::from(st.f_bavail).saturating_mul(frsize);
-        #[allow(clippy::useless_conversion)]
+        #[allow(clippy::useless_conversion, reason = "as above, per target")]
         let used = total.saturating_sub(u64::from(st.f_bfree).saturating_mul(frsize));
         let heap = eval.heap();
         Ok(heap.alloc(AllocDict([

@@ -1,6 +1,11 @@
 //! The `Path` value: upstream's path object, with its pure path arithmetic here and its
 //! filesystem methods in `files`. `p.try_X(...)` runs any method as a result.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::path::{Component, Path as StdPath};
 
@@ -268,7 +273,6 @@ fn all_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(PATH_METHODS = all_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
 #[starlark_value(type = "fs.path")]
 impl<'v> StarlarkValue<'v> for Path {
     fn get_methods() -> Option<&'static Methods> {

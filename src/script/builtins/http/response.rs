@@ -1,6 +1,11 @@
 //! `http.response`: what every request returns (`status_code`, `status`, `body`,
 //! `headers`, `get_text()`, `get_bytes()`), as upstream Starkite's.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -115,7 +120,10 @@ fn response_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(RESPONSE_METHODS = response_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "http.response")]
 impl<'v> StarlarkValue<'v> for Response {
     fn get_methods() -> Option<&'static Methods> {

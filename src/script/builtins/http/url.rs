@@ -1,5 +1,10 @@
 //! `http.url(...)`: a URL value whose methods send requests, as upstream Starkite's.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -196,7 +201,10 @@ fn url_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(URL_METHODS = url_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "http.url")]
 impl<'v> StarlarkValue<'v> for Url {
     fn get_methods() -> Option<&'static Methods> {

@@ -2,6 +2,11 @@
 //! `.write_file(path)`), as upstream Starkite's. Both touch this machine's files, so
 //! they are in the files capability (behind `--allow-fs`), never a hosted script's.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -71,7 +76,10 @@ fn file_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(FILE_METHODS = file_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "json.file")]
 impl<'v> StarlarkValue<'v> for File {
     fn get_methods() -> Option<&'static Methods> {
@@ -200,7 +208,10 @@ fn writer_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(WRITER_METHODS = writer_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "json.writer")]
 impl<'v> StarlarkValue<'v> for Writer {
     fn get_methods() -> Option<&'static Methods> {

@@ -6,6 +6,11 @@
 //! after `.group(name)` nest under `name`; a group that never receives an attribute
 //! does not appear, as with slog.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -202,7 +207,10 @@ fn logger_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(LOGGER_METHODS = logger_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "logger")]
 impl<'v> StarlarkValue<'v> for Logger {
     fn get_methods() -> Option<&'static Methods> {

@@ -2,6 +2,8 @@
 //! `setenv`, `cwd`, `chdir`, `hostname`, `pid`, `ppid`, `which`, `username`, `userid`,
 //! `groupid`, `home`, `exit`) and its `user` struct. Each checks what `os.X` checks.
 
+#![expect(unsafe_code, reason = "getppid (libc)")]
+
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
@@ -43,7 +45,7 @@ fn alias_functions(builder: &mut GlobalsBuilder) {
     }
 
     /// `os.exec`: runs a program (needs `--allow-exec`) and returns its stdout.
-    #[allow(clippy::too_many_arguments)] // upstream's signature
+    #[expect(clippy::too_many_arguments, reason = "upstream's signature")]
     fn exec<'v>(
         #[starlark(require = pos)] cmd: &str,
         #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,
@@ -76,7 +78,7 @@ fn alias_functions(builder: &mut GlobalsBuilder) {
     }
 
     /// `os.try_exec`: runs a program, returning its result instead of failing.
-    #[allow(clippy::too_many_arguments)] // upstream's signature
+    #[expect(clippy::too_many_arguments, reason = "upstream's signature")]
     fn try_exec<'v>(
         #[starlark(require = pos)] cmd: &str,
         #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,

@@ -48,7 +48,10 @@ impl Options {
     ///
     /// # Errors
     /// A bad argument, named with `call`.
-    #[allow(clippy::too_many_arguments)] // upstream's signature, one argument each
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "upstream's signature, one argument each"
+    )]
     pub(super) fn unpack<'v>(
         call: &str,
         cmd: &str,

@@ -6,6 +6,11 @@
 //! changes the process itself: `os.setenv` and `os.chdir` write a per-run [`Overlay`]
 //! that the script's own reads, file paths and child processes see.
 
+#![expect(
+    unsafe_code,
+    reason = "the process's ids, user and group entries and host name (libc)"
+)]
+
 mod aliases;
 mod exec;
 #[cfg(test)]
@@ -134,8 +139,8 @@ pub(crate) fn user_entry(uid: u32) -> Option<UserEntry> {
     if rc != 0 || found.is_null() {
         return None;
     }
-    // SAFETY: on success the fields point at NUL-terminated strings inside buf.
     let text = |p: *const libc::c_char| {
+        // SAFETY: on success the fields point at NUL-terminated strings inside buf.
         unsafe { std::ffi::CStr::from_ptr(p) }
             .to_string_lossy()
             .into_owned()
@@ -421,7 +426,7 @@ fn os_functions(builder: &mut GlobalsBuilder) {
     /// Runs a command line in `shell` (default `/bin/sh`), or program `cmd` with `args`
     /// directly (needs `--allow-exec`), and returns its stdout; fails when it exits
     /// non-zero.
-    #[allow(clippy::too_many_arguments)] // upstream's signature
+    #[expect(clippy::too_many_arguments, reason = "upstream's signature")]
     fn exec<'v>(
         #[starlark(require = pos)] cmd: &str,
         #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,
@@ -455,7 +460,7 @@ fn os_functions(builder: &mut GlobalsBuilder) {
 
     /// Runs a program like `exec()`, returning `.stdout`, `.stderr`, `.code`, `.ok`
     /// and `.error` instead of failing on a non-zero exit.
-    #[allow(clippy::too_many_arguments)] // upstream's signature
+    #[expect(clippy::too_many_arguments, reason = "upstream's signature")]
     fn try_exec<'v>(
         #[starlark(require = pos)] cmd: &str,
         #[starlark(default = UnpackList::default())] args: UnpackList<Value<'v>>,

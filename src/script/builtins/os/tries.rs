@@ -1,6 +1,8 @@
 //! The `try_` forms of the `os` functions that have no arguments (`os.try_cwd()`, ...):
 //! upstream offers `try_X` for every function of a module.
 
+#![expect(unsafe_code, reason = "getppid (libc)")]
+
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;

@@ -1,5 +1,10 @@
 //! `regexp.match`: one match of a pattern, its text, offsets and groups.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -118,7 +123,10 @@ fn match_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(MATCH_METHODS = match_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "regexp.match")]
 impl<'v> StarlarkValue<'v> for Match {
     fn get_methods() -> Option<&'static Methods> {

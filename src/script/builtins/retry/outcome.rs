@@ -1,6 +1,11 @@
 //! `RetryResult`: what `retry.do` and `retry.with_backoff` return, a `Result` (`ok`,
 //! `value`, `error`) with the attempts made, the time they took and every error.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;

@@ -73,7 +73,7 @@ fn unit_random() -> f64 {
     let bits = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    #[allow(clippy::cast_precision_loss)] // 53 random bits are plenty
+    #[expect(clippy::cast_precision_loss, reason = "53 random bits are plenty")]
     let unit = (bits >> 11) as f64 / (1u64 << 53) as f64;
     unit
 }

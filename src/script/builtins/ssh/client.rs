@@ -2,6 +2,11 @@
 //! variants, each returning one result per host (upstream's `SSHResult` and
 //! `SSHTransferResult` fields, plus `dry_run`).
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

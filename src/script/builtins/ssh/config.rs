@@ -1,5 +1,8 @@
 //! `ssh.config(...)` and `ssh.try_config(...)`: the keywords checked into [`Settings`].
-#![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
+#![expect(
+    clippy::too_many_arguments,
+    reason = "keyword arguments map one-to-one onto parameters"
+)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;

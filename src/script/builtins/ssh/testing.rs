@@ -3,6 +3,11 @@
 //! ephemeral 127.0.0.1 port, and a key that its logins accept. Everything a run starts
 //! (servers, their connections, key files) ends with the run ([`Registry`]'s drop).
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -305,7 +310,10 @@ fn server_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(SERVER_METHODS = server_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "ssh.test_server")]
 impl<'v> StarlarkValue<'v> for TestServer {
     fn get_methods() -> Option<&'static Methods> {

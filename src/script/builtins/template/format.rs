@@ -87,7 +87,10 @@ fn go_exponent(s: &str, upper: bool) -> String {
     format!("{m}{}{sign}{digits:0>2}", if upper { 'E' } else { 'e' })
 }
 
-#[allow(clippy::many_single_char_names)] // x, a, p, m, e: the usual names in float formatting
+#[expect(
+    clippy::many_single_char_names,
+    reason = "x, a, p, m, e: the usual names in float formatting"
+)]
 fn float(spec: Spec, verb: char, x: f64) -> Option<String> {
     if !x.is_finite() {
         let body = if x.is_nan() {

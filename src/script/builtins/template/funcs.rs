@@ -176,7 +176,7 @@ fn equal(a: &Data, b: &Data) -> Result<bool, String> {
         (Data::Nil | Data::Missing, _) | (_, Data::Nil | Data::Missing) => false,
         (Data::Bool(x), Data::Bool(y)) => x == y,
         (Data::Int(x), Data::Int(y)) => x == y,
-        #[allow(clippy::float_cmp)] // Go's eq compares floats exactly
+        #[expect(clippy::float_cmp, reason = "Go's eq compares floats exactly")]
         (Data::Float(x), Data::Float(y)) => x == y,
         (Data::Str(x), Data::Str(y)) => x == y,
         (Data::List(_) | Data::Map(_), _) => {

@@ -8,6 +8,11 @@
 //! `%[n]` argument indexes. Template calls and nesting stop at a depth of
 //! [`exec::MAX_DEPTH`], output at [`exec::MAX_OUTPUT`] bytes.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 mod data;
 mod exec;
 mod format;
@@ -149,7 +154,10 @@ fn template_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(TEMPLATE_METHODS = template_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "template")]
 impl<'v> StarlarkValue<'v> for Template {
     fn get_methods() -> Option<&'static Methods> {

@@ -1,6 +1,11 @@
 //! `DurationValue`: a signed span of nanoseconds, as Go's `time.Duration` that upstream
 //! scripts see (`time.duration("1h30m")`, `t2 - t1`, `retry`'s `elapsed`).
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -132,7 +137,10 @@ fn this(v: Value) -> anyhow::Result<i64> {
         .ok_or_else(|| anyhow::anyhow!("not a duration"))
 }
 
-#[allow(clippy::cast_precision_loss)] // fractions of seconds, as Go's float accessors
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "fractions of seconds, as Go's float accessors"
+)]
 fn ratio(nanos: i64, unit: i64) -> f64 {
     nanos as f64 / unit as f64
 }
@@ -177,7 +185,6 @@ fn duration_methods(builder: &mut MethodsBuilder) {
 
 starlark::methods_static!(DURATION_METHODS = duration_methods);
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
 #[starlark_value(type = "duration")]
 impl<'v> StarlarkValue<'v> for DurationValue {
     fn get_methods() -> Option<&'static Methods> {

@@ -1,6 +1,11 @@
 //! `TimeValue`: an instant with the UTC offset it is shown in, as upstream's `time`
 //! values (`time.now()`, `time.parse(...)`): fields, formatting, arithmetic.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt;
 
 use allocative::Allocative;
@@ -234,7 +239,6 @@ fn other_error(e: impl fmt::Display) -> starlark::Error {
     starlark::Error::new_other(anyhow::anyhow!("{e}"))
 }
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
 #[starlark_value(type = "time")]
 impl<'v> StarlarkValue<'v> for TimeValue {
     fn get_methods() -> Option<&'static Methods> {

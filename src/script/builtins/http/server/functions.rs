@@ -1,5 +1,8 @@
 //! `http.server(...)` and `http.serve(...)`, the namespace's functions.
-#![allow(clippy::too_many_arguments)] // keyword arguments map one-to-one onto parameters
+#![expect(
+    clippy::too_many_arguments,
+    reason = "keyword arguments map one-to-one onto parameters"
+)]
 
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;

@@ -13,6 +13,11 @@
 //! between top-level statements), so a long-running server is bounded by
 //! `--script-memory`.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 pub mod dispatch;
 mod functions;
 pub mod listen;
@@ -267,7 +272,10 @@ impl fmt::Display for StoppedServer {
     }
 }
 
-#[allow(clippy::elidable_lifetime_names)] // the starlark_value macro names the lifetime
+#[expect(
+    clippy::elidable_lifetime_names,
+    reason = "the starlark_value macro names the lifetime"
+)]
 #[starlark_value(type = "http.server")]
 impl<'v> StarlarkValue<'v> for StoppedServer {
     fn get_methods() -> Option<&'static Methods> {

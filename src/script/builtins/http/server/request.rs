@@ -1,6 +1,11 @@
 //! What an `http.server` handler receives and returns: the `http.request` value, the
 //! `next` step a middleware calls, and the answer made of what the handler returned.
 
+#![expect(
+    unsafe_code,
+    reason = "derive(ProvidesStaticType) writes starlark's unsafe impl; no unsafe code of ours"
+)]
+
 use std::fmt::{self, Display};
 
 use allocative::Allocative;
