@@ -60,6 +60,10 @@ pub const WATCH_TIMEOUT_SECS: u32 = 15;
 /// watch or a write forever.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Whether a connection has asked the API server for its version yet (see
+/// [`super::support`]).
+static VERSION_CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// One cluster connection, shared by every call that uses the same settings.
 pub struct Session {
     pub client: kube::Client,
@@ -133,8 +137,7 @@ impl Session {
         let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
         // Once per process, in the background: a cluster outside the supported range is
         // said at the start, not guessed from a later 404.
-        static CHECKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if !CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if !VERSION_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tokio::spawn(super::support::warn_if_unsupported(client.clone()));
         }
         Ok(Self {

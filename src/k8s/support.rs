@@ -62,10 +62,13 @@ pub async fn warn_if_unsupported(client: kube::Client) {
     )
     .await;
     match asked {
-        Ok(Ok(info)) => match problem(&info) {
-            Some(problem) => tracing::warn!(version = %info.git_version, "{problem}"),
-            None => tracing::debug!(version = %info.git_version, "API server version"),
-        },
+        Ok(Ok(info)) => {
+            if let Some(problem) = problem(&info) {
+                tracing::warn!(version = %info.git_version, "{problem}");
+            } else {
+                tracing::debug!(version = %info.git_version, "API server version");
+            }
+        }
         Ok(Err(e)) => tracing::debug!(error = %e, "reading the API server's version"),
         Err(_) => tracing::debug!("reading the API server's version: no answer within 10s"),
     }
