@@ -42,14 +42,22 @@ async fn nodes_renew_their_leases() {
     .await;
 }
 
+/// The cluster is the release it was built as: the newest supported by default, or
+/// `KUBE_VERSION` (`make test-compat`), and kite takes it as supported.
 #[tokio::test(flavor = "multi_thread")]
-async fn api_server_reports_v1_37_2() {
+async fn api_server_reports_the_release_it_was_built_as() {
     let version = client()
         .await
         .apiserver_version()
         .await
         .expect("server version");
-    assert_eq!(version.git_version, "v1.37.2");
+    let wanted = std::env::var("KUBE_VERSION").unwrap_or_else(|_| "1.37.2".into());
+    let git = &version.git_version;
+    assert!(
+        *git == format!("v{wanted}") || git.starts_with(&format!("v{wanted}.")),
+        "{git} is not KUBE_VERSION {wanted}"
+    );
+    assert_eq!(kite::support::problem(&version), None, "{git}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

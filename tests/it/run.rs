@@ -226,6 +226,10 @@ async fn api_errors_carry_message_and_code() {
 async fn every_k8s_function_succeeds_and_fails_cleanly() {
     let ns = TestNamespace::new("run-fns").await;
     let var = format!("namespace={}", ns.name);
+    let release = format!(
+        "release={}",
+        std::env::var("KUBE_VERSION").unwrap_or_else(|_| "1.37.2".into())
+    );
     let out = kite_output(
         &[
             "run",
@@ -233,6 +237,8 @@ async fn every_k8s_function_succeeds_and_fails_cleanly() {
             "--allow-k8s",
             "--var",
             &var,
+            "--var",
+            &release,
         ],
         T,
     )
