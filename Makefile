@@ -61,7 +61,7 @@ test: cluster-up tools build lint
 KUBE_OLDEST := 1.34
 COMPAT_CLUSTER := KUBE_VERSION=$(KUBE_OLDEST) KITE_CLUSTER_DIR=$(CURDIR)/.cluster-compat KITE_CLUSTER_PORT_BASE=37000
 
-## The integration suite and the examples against a cluster of the oldest supported
+## The integration suite (TESTS= filters it) against a cluster of the oldest supported
 ## minor, of its own (.cluster-compat, ports from 37000, beside the default one),
 ## stopped afterwards whatever the result. Not part of `make test`.
 test-compat: tools build
