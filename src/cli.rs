@@ -180,6 +180,11 @@ pub struct OperatorArgs {
     /// values their scripts' top levels left, and 256 KiB of kite's own each), in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1048576))]
     pub namespace_memory: u32,
+    /// The distinct watches (kind, namespace, selectors) one namespace's hosted
+    /// controllers may make the operator run: each is a watch on the API server and a
+    /// cache. Watches shared with other namespaces' controllers are not counted.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
+    pub namespace_watches: u16,
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,

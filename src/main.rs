@@ -159,6 +159,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
             status_period: args.status_period,
             recheck_period: args.recheck_period,
             namespace_memory: (args.namespace_memory as usize) << 20,
+            namespace_watches: args.namespace_watches.into(),
             grace: args.grace_period,
             webhook_bind: std::net::SocketAddr::new(args.webhook_bind, args.webhook_port),
             logs_bind: args

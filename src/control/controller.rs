@@ -378,6 +378,31 @@ impl Controller {
         self.shared.metrics.latest()
     }
 
+    /// Its name in logs and metrics.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// What its waiting events keep alive, in bytes of object versions.
+    pub fn waiting(&self) -> usize {
+        self.shared.held.load(Ordering::Relaxed)
+    }
+
+    /// Collapses its waiting events to one reconcile per object of its current state;
+    /// returns how many events went.
+    pub fn collapse_waiting(&self) -> usize {
+        self.shared.collapse_waiting()
+    }
+
+    /// Takes no more work and drops its watches and waiting events now, before a
+    /// [`Controller::shutdown`] that waits for its running handlers: what they keep is
+    /// given back at once (for a controller stopped for the memory it keeps).
+    pub fn close_watches(&self) {
+        self.shared.queue.shut_down();
+        self.shared.watches.close();
+        self.shared.drop_waiting();
+    }
+
     /// Stops taking new work, lets in-flight handlers finish within `grace` (then
     /// cancels them), stops the watches and releases the lease.
     pub async fn shutdown(self, grace: Duration) {
@@ -391,6 +416,8 @@ impl Controller {
             tasks,
         } = self;
         shared.queue.shut_down();
+        // No worker takes them now: what they keep alive goes before the grace.
+        shared.drop_waiting();
         let leave = |pool: Pool, wait: Duration| async move {
             tokio::task::spawn_blocking(move || pool.leave(member, wait))
                 .await

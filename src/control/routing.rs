@@ -76,12 +76,8 @@ impl Shared {
             p.bytes += cost;
             let held = self.held.fetch_add(cost, Ordering::Relaxed) + cost;
             if held > MAX_PENDING_BYTES && (!p.events.is_empty() || !p.updates.is_empty()) {
-                let dropped = p.events.len();
-                p.events.clear();
-                p.updates.clear();
-                p.reconcile.get_or_insert("update");
-                self.held.fetch_sub(p.bytes, Ordering::Relaxed);
-                p.bytes = 0;
+                let (dropped, freed) = p.collapse();
+                self.held.fetch_sub(freed, Ordering::Relaxed);
                 tracing::warn!(controller = %self.name, key = %key, dropped, "waiting events hold more than {} MiB of object versions; dropping this object's {dropped} events for one reconcile of its current state", MAX_PENDING_BYTES >> 20);
             }
         }

@@ -68,6 +68,19 @@ pub(super) struct Pending {
     pub bytes: usize,
 }
 
+impl Pending {
+    /// Drops the events and updates waiting, for one level-triggered reconcile of the
+    /// object's current state. Returns how many events went and the bytes freed, which
+    /// the caller takes off [`Shared::held`].
+    pub fn collapse(&mut self) -> (usize, usize) {
+        let dropped = self.events.len();
+        self.events.clear();
+        self.updates.clear();
+        self.reconcile.get_or_insert("update");
+        (dropped, std::mem::take(&mut self.bytes))
+    }
+}
+
 /// Per-key event backlog limit: a key that somehow never gets processed cannot grow
 /// without bound; the oldest events go first.
 pub(super) const MAX_PENDING_EVENTS: usize = 1000;
@@ -120,6 +133,42 @@ impl Shared {
         self.held
             .fetch_sub(pending.bytes, std::sync::atomic::Ordering::Relaxed);
         pending
+    }
+
+    /// Collapses every key's waiting events ([`Pending::collapse`]); returns how many
+    /// events went. Nothing is lost to a level-based reconcile, which reads the
+    /// current state; the event-form handlers miss the steps in between.
+    pub(super) fn collapse_waiting(&self) -> usize {
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (mut events, mut bytes) = (0, 0);
+        for p in pending
+            .values_mut()
+            .filter(|p| !p.events.is_empty() || !p.updates.is_empty())
+        {
+            let (e, b) = p.collapse();
+            events += e;
+            bytes += b;
+        }
+        self.held
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+        events
+    }
+
+    /// Drops every key's waiting work: for a controller whose queue is shut down,
+    /// which no worker takes anything from again.
+    pub(super) fn drop_waiting(&self) {
+        let all = std::mem::take(
+            &mut *self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let bytes: usize = all.values().map(|p| p.bytes).sum();
+        self.held
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// This controller's metrics for a scrape, the queue depth read now.

@@ -33,6 +33,8 @@ type Callback = Arc<dyn Fn(Role, Change) + Send + Sync>;
 pub struct Watches {
     running: Mutex<HashMap<(String, Role), Arc<Watched>>>,
     primary: Mutex<Option<Subscription>>,
+    /// Set by [`Watches::close`]: a reconcile still running opens nothing new.
+    closed: std::sync::atomic::AtomicBool,
     access: Access,
     on_change: Callback,
     on_restart: Arc<dyn Fn() + Send + Sync>,
@@ -47,6 +49,7 @@ impl Watches {
         Self {
             running: Mutex::default(),
             primary: Mutex::default(),
+            closed: false.into(),
             access,
             on_change: Arc::new(on_change),
             on_restart: Arc::new(on_restart),
@@ -77,6 +80,9 @@ impl Watches {
     ) -> informers::Result<Arc<Watched>> {
         let ar = &resource.api_resource;
         let id = format!("{}/{}", ar.group, ar.plural);
+        if self.is_closed() {
+            return Err(informers::Error::Closed);
+        }
         if let Some(w) = lock(&self.running).get(&(id.clone(), role)) {
             return Ok(w.clone());
         }
@@ -90,6 +96,10 @@ impl Watches {
         };
         let opened = self.access.open(session, &want).await?;
         let mut running = lock(&self.running);
+        // Closed while this one waited for the gate: what it opened goes with it.
+        if self.is_closed() {
+            return Err(informers::Error::Closed);
+        }
         // Another reconcile may have subscribed while this one waited for the gate.
         if let Some(w) = running.get(&(id.clone(), role)) {
             return Ok(w.clone());
@@ -116,11 +126,22 @@ impl Watches {
         lock(&self.running).len()
     }
 
-    /// Drops every subscription: nothing more is delivered, and informers no other
-    /// controller subscribes to stop.
+    /// Drops every subscription for good: nothing more is delivered, informers no
+    /// other controller subscribes to stop, and [`Watches::ensure`] opens nothing
+    /// more. A reconcile still running then reads from the API server, or fails.
     pub fn close(&self) {
+        // Under the `running` lock, so that an `ensure` past its check cannot insert
+        // after the clear.
+        let mut running = lock(&self.running);
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        running.clear();
+        drop(running);
         lock(&self.primary).take();
-        lock(&self.running).clear();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

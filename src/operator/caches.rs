@@ -12,8 +12,12 @@
 //!
 //! # Caveats
 //! Between two audits a cache can grow past the limit: by what one namespace's objects
-//! of the kinds it watches take, times its distinct selectors. The audit bounds how long
-//! that lasts, not how far it goes.
+//! of the kinds it watches take, times its distinct selectors (at most
+//! `--namespace-watches`). The audit bounds how long that lasts, not how far it goes.
+//! Waiting events are charged here too ([`Hosted::recharge`]), and collapsed rather
+//! than the controller stopped when they do not fit.
+//!
+//! [`Hosted::recharge`]: super::hosted::Hosted::recharge
 //!
 //! [`Informers::shares`]: crate::control::informers::Informers::shares
 
@@ -57,6 +61,9 @@ pub async fn caches(
             // Each stop may wait out a running handler's grace: they run side by side,
             // and the audit goes on meanwhile, so that one tenant's sleeping handlers
             // cannot stretch the period for everyone.
+            // Its watches and waiting events go now, not after its handlers' grace: a
+            // tenant's caches could go on growing meanwhile, no longer audited.
+            hosted.controller.close_watches();
             let stopped = stopped.clone();
             while stopping.try_join_next().is_some() {}
             stopping.spawn(async move {

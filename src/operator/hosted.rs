@@ -109,7 +109,9 @@ impl Hosted {
     /// Charges what the controller keeps now: what its top level left plus its share of
     /// the caches of what it watches (`shares`, from [`Informers::shares`]). A tenant's controllers
     /// watching with many distinct selectors make the operator keep a copy each; this
-    /// counts them against `--namespace-memory` like everything else they keep.
+    /// counts them against `--namespace-memory` like everything else they keep. So do
+    /// the object versions its waiting events keep alive; when they do not fit, they
+    /// are collapsed to one reconcile of each object's current state (see [`fit`]).
     ///
     /// # Errors
     /// The namespace would keep more than its limit: the message names the caches'
@@ -117,23 +119,55 @@ impl Hosted {
     ///
     /// [`Informers::shares`]: crate::control::informers::Informers::shares
     pub fn recharge(&mut self, shares: &HashMap<u64, usize>) -> Result<(), (usize, String)> {
-        let cached = if self.charges_caches {
-            shares.get(&self.access.id()).copied().unwrap_or(0)
+        let (cached, waiting) = if self.charges_caches {
+            (
+                shares.get(&self.access.id()).copied().unwrap_or(0),
+                self.controller.waiting(),
+            )
         } else {
-            0
+            (0, 0)
         };
-        self.charge
-            .resize(self.kept.saturating_add(cached))
-            .map_err(|e| {
-                (
-                    cached,
-                    format!(
-                        "the caches of what it watches grew to {:.1} MiB: {e}",
-                        mib(cached)
-                    ),
-                )
-            })
+        let controller = &self.controller;
+        let collapsed = fit(&mut self.charge, self.kept, cached, waiting, || {
+            controller.collapse_waiting()
+        })?;
+        if let Some(dropped) = collapsed {
+            tracing::warn!(controller = %controller.name(), dropped, waiting_mib = %format!("{:.1}", mib(waiting)), "its waiting events do not fit its namespace's memory limit; collapsed them to one reconcile of each object's current state");
+        }
+        Ok(())
     }
+}
+
+/// Charges `kept + cached + waiting`. When that does not fit and events are waiting,
+/// they are collapsed (`collapse`, which says how many went, returned in `Some`) and
+/// the charge is made without them: a level-based reconcile loses nothing by it, and
+/// stopping the controller for a burst of changes would punish it for what passes.
+///
+/// # Errors
+/// Even without the waiting events the namespace would keep more than its limit:
+/// `cached` and the message naming the caches' share.
+fn fit(
+    charge: &mut super::quota::Charge,
+    kept: usize,
+    cached: usize,
+    waiting: usize,
+    collapse: impl FnOnce() -> usize,
+) -> Result<Option<usize>, (usize, String)> {
+    let cost = kept.saturating_add(cached);
+    if charge.resize(cost.saturating_add(waiting)).is_ok() {
+        return Ok(None);
+    }
+    let collapsed = (waiting > 0).then(collapse);
+    charge.resize(cost).map_err(|e| {
+        (
+            cached,
+            format!(
+                "the caches of what it watches grew to {:.1} MiB: {e}",
+                mib(cached)
+            ),
+        )
+    })?;
+    Ok(collapsed)
 }
 
 #[expect(
@@ -451,5 +485,29 @@ mod tests {
         assert!(!s.leader_election);
         assert_eq!(ignored.len(), 2);
         assert!(ignored[0].starts_with("health_port=8081"));
+    }
+
+    #[test]
+    fn waiting_events_that_do_not_fit_are_collapsed_and_caches_that_do_not_stop_it() {
+        use super::super::quota::{OVERHEAD, Quota};
+        const MIB: usize = 1 << 20;
+        let quota = Quota::new(OVERHEAD + 10 * MIB);
+        let mut charge = quota.charge("t", 0).unwrap();
+        // Everything fits: charged with its waiting events, nothing collapsed.
+        let fits = fit(&mut charge, MIB, 2 * MIB, 3 * MIB, || unreachable!());
+        assert_eq!(fits, Ok(None));
+        assert_eq!(quota.used("t"), OVERHEAD + 6 * MIB);
+        // The waiting events pass the limit: collapsed, and charged without them.
+        let collapsed = fit(&mut charge, MIB, 2 * MIB, 30 * MIB, || 7);
+        assert_eq!(collapsed, Ok(Some(7)));
+        assert_eq!(quota.used("t"), OVERHEAD + 3 * MIB);
+        // The caches alone pass it: nothing to collapse helps, and it is stopped.
+        let (cached, message) = fit(&mut charge, MIB, 12 * MIB, 30 * MIB, || 7).unwrap_err();
+        assert_eq!(cached, 12 * MIB);
+        assert!(
+            message.starts_with("the caches of what it watches grew to 12.0 MiB")
+                && message.contains("(--namespace-memory)"),
+            "{message}"
+        );
     }
 }

@@ -63,6 +63,9 @@ pub struct Options {
     pub recheck_period: Duration,
     /// The memory one namespace's hosted controllers may keep ([`super::quota`]).
     pub namespace_memory: usize,
+    /// The informers one namespace's hosted controllers may start
+    /// ([`Informers::limit_groups`](crate::control::informers::Informers::limit_groups)).
+    pub namespace_watches: usize,
     pub grace: Duration,
     /// Where the admission webhook listens.
     pub webhook_bind: SocketAddr,
@@ -171,6 +174,7 @@ pub async fn run(
         tokio::runtime::Handle::current(),
         Some(Arc::new(super::gate::ReadGate::new(client.clone()))),
     );
+    informers.limit_groups(opts.namespace_watches);
     // Bound first: other replicas learn its address from this one's shard lease.
     let logs_listener = match opts.logs_bind {
         Some(bind) => Some(

@@ -414,9 +414,12 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         confined: K::CONFINED,
         lease: ctx.lease.clone(),
         pool: ctx.pool.clone(),
+        // A StarlarkController's informers count against its namespace's limit and
+        // memory; a ClusterStarlarkController's belong to no tenant, and its author (a
+        // cluster administrator) sizes the operator for them.
         informers: ctx.informers.access(
             Some(identity::service_account_user(&home, &sa)),
-            Some(&home),
+            K::CONFINED.then_some(home.as_str()),
         ),
         discovery: ctx.discovery.clone(),
         turns: ctx.turns.clone(),
@@ -471,6 +474,10 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             let message = e.to_string();
             let reason = match e {
                 hosted::Error::Quota(_) => "MemoryQuota",
+                hosted::Error::Start(crate::control::controller::Error::Watch {
+                    source: crate::control::informers::Error::Limit { .. },
+                    ..
+                }) => "WatchQuota",
                 _ => "StartFailed",
             };
             d.outcome.conditions = vec![valid(), rbac, Verdict::no("Ready", reason, &message)];

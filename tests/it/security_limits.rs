@@ -471,3 +471,89 @@ async fn the_caches_of_a_namespaces_watches_count_against_its_limit() {
         "{m}"
     );
 }
+
+/// Class 3 (the API server's watches): each distinct selector is a watch the operator
+/// keeps open on the API server, and a cache. A namespace's controllers start no more
+/// than `--namespace-watches` of them; the one past it is refused (`WatchQuota`, the
+/// flag named) and starts once another goes.
+#[tokio::test]
+async fn a_namespace_starts_no_more_watches_than_its_limit() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-watches").await;
+    let ns = ns.name.as_str();
+    let user = tenant(ns).await;
+    grant(
+        ns,
+        &user,
+        "configmap-reader",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    let ceiling = Ceiling::new(CEILING).await;
+    let _op = Operator::start_with(
+        ns,
+        &ceiling,
+        &["--namespace", ns, "--namespace-watches", "2"],
+    )
+    .await;
+    let names = ["sel-a", "sel-b", "sel-c"];
+    for name in names {
+        let script = format!(
+            "def reconcile(cm):\n    pass\n\nk8s.control(\"configmaps\", reconcile = reconcile, labels = \"copy notin ({name})\")\n"
+        );
+        let out = apply_as(&user, &slc(ns, name, json!({"script": script}))).await;
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let refused = wait_for("two running, one over the limit", T * 2, || async {
+        let mut reasons = Vec::new();
+        for name in names {
+            reasons.push((name, ready_reason(ns, name).await));
+        }
+        let running = reasons.iter().filter(|(_, r)| r == "Running").count();
+        let refused: Vec<&str> = reasons
+            .iter()
+            .filter(|(_, r)| r == "WatchQuota")
+            .map(|(n, _)| *n)
+            .collect();
+        (running == 2 && refused.len() == 1).then(|| refused[0])
+    })
+    .await;
+    let s = status(ns, refused).await;
+    let m = condition(&s, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        m.contains(&format!(
+            "{ns}'s controllers already watch 2 distinct (kind, namespace, selectors)"
+        )) && m.contains("(--namespace-watches)")
+            && m.contains(&format!(
+                "configmaps in {ns} with labels copy notin ({refused})"
+            )),
+        "{m}"
+    );
+    // A running one goes: its watch is given back, and the refused one starts.
+    let gone = names
+        .iter()
+        .find(|n| **n != refused)
+        .copied()
+        .unwrap_or_default();
+    kubectl_ok(&[
+        "delete",
+        "starlarkcontroller",
+        gone,
+        "-n",
+        ns,
+        "--wait=true",
+    ])
+    .await;
+    // Retried every 20 s.
+    wait_for("the refused one running", T * 2, || async {
+        (ready_reason(ns, refused).await == "Running").then_some(())
+    })
+    .await;
+}

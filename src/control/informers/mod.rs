@@ -29,6 +29,18 @@ pub enum Error {
     /// Asking whether it may failed (the subscription is refused rather than guessed).
     #[error("checking read access: {0}")]
     Review(String),
+    /// The subscriber is stopping: it starts no new watch.
+    #[error("the controller is stopping: it starts no new watch")]
+    Closed,
+    /// The subscriber's group already has as many informers of its own as it may.
+    #[error(
+        "{group}'s controllers already watch {limit} distinct (kind, namespace, selectors), the operator's limit per namespace (--namespace-watches): watching {what} would start one more"
+    )]
+    Limit {
+        group: String,
+        limit: usize,
+        what: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -69,6 +81,26 @@ struct Scope {
     fields: Option<String>,
     /// The identity of an informer that is not shared (admitted as [`Admission::Own`]).
     owner: Option<String>,
+}
+
+impl Scope {
+    /// `apps/deployments in t with labels a=b`, for messages.
+    fn describe(&self) -> String {
+        let mut s = if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}/{}", self.group, self.plural)
+        };
+        if let Some(ns) = &self.namespace {
+            s.push_str(&format!(" in {ns}"));
+        }
+        for (what, v) in [("labels", &self.labels), ("fields", &self.fields)] {
+            if let Some(v) = v {
+                s.push_str(&format!(" with {what} {v}"));
+            }
+        }
+        s
+    }
 }
 
 /// What a controller asks to watch.
@@ -133,6 +165,23 @@ struct Entry {
     store: Arc<Store>,
     fanout: Arc<Fanout>,
     shutdown: watch::Sender<bool>,
+    /// The group whose subscriber started it: counted against that group's limit until
+    /// a subscriber is listed.
+    opened_by: Option<Arc<str>>,
+}
+
+impl Entry {
+    /// Whether it counts against `group`'s limit: one of its subscribers is of the
+    /// group, or (before anyone is listed) the group started it.
+    fn counts_for(&self, group: &str) -> bool {
+        let subscribers = self.fanout.lock();
+        if subscribers.is_empty() {
+            return self.opened_by.as_deref() == Some(group);
+        }
+        subscribers
+            .iter()
+            .any(|s| s.group.as_deref() == Some(group))
+    }
 }
 
 impl Drop for Entry {
@@ -146,6 +195,8 @@ pub struct Informers {
     runtime: tokio::runtime::Handle,
     gate: Option<Arc<dyn Gate>>,
     entries: Mutex<HashMap<Scope, Weak<Entry>>>,
+    /// How many informers one group's subscribers may use ([`Informers::limit_groups`]).
+    group_limit: std::sync::atomic::AtomicUsize,
     /// The informer tasks, to await at shutdown.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -158,8 +209,17 @@ impl Informers {
             runtime,
             gate,
             entries: Mutex::default(),
+            group_limit: usize::MAX.into(),
             tasks: Mutex::default(),
         })
+    }
+
+    /// Lets the subscribers of one group (the operator: one namespace's controllers) use
+    /// at most `limit` informers, each a watch on the API server and a cache. Joining an
+    /// informer that already runs for another group costs nothing: the limit bounds what
+    /// one tenant makes the process and the API server keep, not what it shares.
+    pub fn limit_groups(&self, limit: usize) {
+        self.group_limit.store(limit, Ordering::Relaxed);
     }
 
     /// How subscriber `user` (the identity its session acts as) reaches this registry;
@@ -240,12 +300,39 @@ impl Informers {
     }
 
     /// The informer for `scope`, started with `client` when none runs.
-    fn entry(&self, scope: Scope, client: kube::Client, want: &Want<'_>) -> Arc<Entry> {
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when starting it would give `group` more informers than
+    /// [`Informers::limit_groups`] allows.
+    fn entry(
+        &self,
+        scope: Scope,
+        client: kube::Client,
+        want: &Want<'_>,
+        group: Option<&Arc<str>>,
+    ) -> Result<Arc<Entry>> {
         let mut entries = self.lock_entries();
         if let Some(e) = entries.get(&scope).and_then(Weak::upgrade) {
-            return e;
+            return Ok(e);
         }
         entries.retain(|_, e| e.strong_count() > 0);
+        let limit = self.group_limit.load(Ordering::Relaxed);
+        if let Some(g) = group
+            && limit != usize::MAX
+        {
+            let used = entries
+                .values()
+                .filter_map(Weak::upgrade)
+                .filter(|e| e.counts_for(g))
+                .count();
+            if used >= limit {
+                return Err(Error::Limit {
+                    group: g.to_string(),
+                    limit,
+                    what: scope.describe(),
+                });
+            }
+        }
         let ar = want.resource;
         let api = match scope.namespace.as_deref() {
             Some(ns) => kube::Api::namespaced_with(client, ns, ar),
@@ -262,6 +349,7 @@ impl Informers {
             store: Arc::new(Store::default()),
             fanout: Arc::new(Fanout::default()),
             shutdown,
+            opened_by: group.cloned(),
         });
         let (changes, restarts) = (entry.fanout.clone(), entry.fanout.clone());
         let task = self.runtime.spawn(informer::run(
@@ -276,7 +364,7 @@ impl Informers {
         tasks.push(task);
         tracing::info!(kind = %format!("{}/{}", ar.group, ar.plural), namespace = scope.namespace.as_deref().unwrap_or("*"), shared = scope.owner.is_none(), "watching");
         entries.insert(scope, Arc::downgrade(&entry));
-        entry
+        Ok(entry)
     }
 }
 
@@ -342,7 +430,9 @@ impl Access {
             owner,
         };
         Ok(Opened {
-            entry: self.informers.entry(scope, client, want),
+            entry: self
+                .informers
+                .entry(scope, client, want, self.group.as_ref())?,
             access: self.id,
             group: self.group.clone(),
         })
@@ -434,257 +524,4 @@ impl Drop for Subscription {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use std::convert::Infallible;
-    use std::time::Duration;
-
-    /// A server whose list holds two ConfigMaps and whose watches end at once.
-    fn client() -> kube::Client {
-        let service = tower::service_fn(|req: hyper::Request<kube::client::Body>| async move {
-            let body = if req.uri().query().is_some_and(|q| q.contains("watch=true")) {
-                String::new()
-            } else {
-                serde_json::json!({
-                    "apiVersion": "v1", "kind": "ConfigMapList",
-                    "metadata": {"resourceVersion": "7"},
-                    "items": [
-                        {"metadata": {"name": "a", "namespace": "t", "resourceVersion": "5"}},
-                        {"metadata": {"name": "b", "namespace": "t", "resourceVersion": "6"}},
-                    ],
-                })
-                .to_string()
-            };
-            let body = Full::new(Bytes::from(body)).map_err(|e: Infallible| match e {});
-            Ok::<_, Infallible>(hyper::Response::new(body.boxed_unsync()))
-        });
-        kube::Client::new(service, "t")
-    }
-
-    fn configmaps() -> ApiResource {
-        ApiResource {
-            group: String::new(),
-            version: "v1".into(),
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-        }
-    }
-
-    fn want<'a>(ar: &'a ApiResource, labels: Option<&'a str>) -> Want<'a> {
-        Want {
-            resource: ar,
-            namespaced: true,
-            namespace: Some("t"),
-            labels,
-            fields: None,
-        }
-    }
-
-    fn session() -> Session {
-        Session::from_client(client(), "t".into(), false)
-    }
-
-    async fn until(what: &str, check: impl Fn() -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !check() {
-            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    #[tokio::test]
-    async fn equal_wants_share_one_informer_until_the_last_subscriber_goes() {
-        let access = Access::private();
-        let (ar, session) = (configmaps(), session());
-        let one = access.open(&session, &want(&ar, None)).await.unwrap();
-        let two = access.open(&session, &want(&ar, None)).await.unwrap();
-        let other = access.open(&session, &want(&ar, Some("x"))).await.unwrap();
-        assert!(Arc::ptr_eq(&one.store(), &two.store()));
-        assert!(!Arc::ptr_eq(&one.store(), &other.store()));
-        assert_eq!(access.informers().running(), 2);
-        let first = one.subscribe(|_| {}, || {});
-        let second = two.subscribe(|_| {}, || {});
-        drop(other);
-        assert_eq!(access.informers().running(), 1);
-        drop(first);
-        assert_eq!(access.informers().running(), 1, "one subscriber is left");
-        drop(second);
-        assert_eq!(access.informers().running(), 0);
-        // Its task ends once the last subscriber has gone.
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            access.informers().join(Duration::from_secs(5)),
-        )
-        .await
-        .unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_late_subscriber_first_gets_what_is_cached() {
-        let access = Access::private();
-        let (ar, session) = (configmaps(), session());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let early = {
-            let seen = seen.clone();
-            access
-                .open(&session, &want(&ar, None))
-                .await
-                .unwrap()
-                .subscribe(
-                    move |c| {
-                        seen.lock()
-                            .unwrap()
-                            .push(("early", c.object()["metadata"]["name"].clone()));
-                    },
-                    || {},
-                )
-        };
-        let store = access
-            .open(&session, &want(&ar, None))
-            .await
-            .unwrap()
-            .store();
-        until("the list is cached", || store.is_synced()).await;
-        let late = {
-            let seen = seen.clone();
-            access
-                .open(&session, &want(&ar, None))
-                .await
-                .unwrap()
-                .subscribe(
-                    move |c| match c {
-                        Change::Added(o) => seen
-                            .lock()
-                            .unwrap()
-                            .push(("late", o["metadata"]["name"].clone())),
-                        other => panic!("a replay is of additions only: {other:?}"),
-                    },
-                    || {},
-                )
-        };
-        let mut got: Vec<_> = seen.lock().unwrap().clone();
-        got.sort_by_key(|(who, name)| (*who, name.to_string()));
-        assert_eq!(
-            got,
-            [
-                ("early", "a".into()),
-                ("early", "b".into()),
-                ("late", "a".into()),
-                ("late", "b".into()),
-            ]
-        );
-        drop((early, late));
-    }
-
-    struct Refusing;
-
-    impl Gate for Refusing {
-        fn admit<'a>(
-            &'a self,
-            user: &'a str,
-            resource: &'a ApiResource,
-            _: Option<&'a str>,
-        ) -> BoxFuture<'a, Result<Admission>> {
-            Box::pin(async move {
-                Err(Error::Refuse(format!(
-                    "{user} may not watch {}",
-                    resource.plural
-                )))
-            })
-        }
-    }
-
-    #[tokio::test]
-    async fn a_refused_subscriber_starts_nothing() {
-        let informers = Informers::new(tokio::runtime::Handle::current(), Some(Arc::new(Refusing)));
-        let access = informers.access(Some("system:serviceaccount:t:x".into()), Some("t"));
-        let err = access
-            .open(&session(), &want(&configmaps(), None))
-            .await
-            .err()
-            .unwrap();
-        assert_eq!(
-            err.to_string(),
-            "system:serviceaccount:t:x may not watch configmaps"
-        );
-        assert_eq!(informers.running(), 0);
-    }
-
-    /// Admits while `open` is true.
-    struct Toggle(std::sync::atomic::AtomicBool);
-
-    impl Gate for Toggle {
-        fn admit<'a>(
-            &'a self,
-            user: &'a str,
-            _: &'a ApiResource,
-            namespace: Option<&'a str>,
-        ) -> BoxFuture<'a, Result<Admission>> {
-            Box::pin(async move {
-                if self.0.load(Ordering::Relaxed) {
-                    Ok(Admission::Own)
-                } else {
-                    Err(Error::Refuse(format!(
-                        "{user} may not watch in {namespace:?}"
-                    )))
-                }
-            })
-        }
-    }
-
-    #[tokio::test]
-    async fn reauthorizing_asks_again_about_what_was_admitted() {
-        let gate = Arc::new(Toggle(true.into()));
-        let informers = Informers::new(tokio::runtime::Handle::current(), Some(gate.clone()));
-        let access = informers.access(Some("robot".into()), Some("t"));
-        let _sub = access
-            .open(&session(), &want(&configmaps(), None))
-            .await
-            .unwrap()
-            .subscribe(|_| {}, || {});
-        access.reauthorize().await.unwrap();
-        gate.0.store(false, Ordering::Relaxed);
-        let err = access.clone().reauthorize().await.err().unwrap();
-        assert_eq!(err.to_string(), "robot may not watch in Some(\"t\")");
-    }
-
-    #[tokio::test]
-    async fn a_callback_may_drop_a_subscription() {
-        let access = Access::private();
-        let (ar, session) = (configmaps(), session());
-        let slot: Arc<Mutex<Option<Subscription>>> = Arc::default();
-        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let other = access.open(&session, &want(&ar, None)).await.unwrap();
-        let store = other.store();
-        *slot.lock().unwrap() = Some(other.subscribe(|_| {}, || {}));
-        let first = {
-            let (slot, dropped) = (slot.clone(), dropped.clone());
-            access
-                .open(&session, &want(&ar, None))
-                .await
-                .unwrap()
-                .subscribe(
-                    move |_| {
-                        // What a controller's last reference going away in a callback does.
-                        drop(slot.lock().unwrap().take());
-                        dropped.store(true, Ordering::Relaxed);
-                    },
-                    || {},
-                )
-        };
-        until("the list delivered", || {
-            store.is_synced() && dropped.load(Ordering::Relaxed)
-        })
-        .await;
-        assert!(slot.lock().unwrap().is_none());
-        assert_eq!(
-            access.informers().running(),
-            1,
-            "the first still subscribes"
-        );
-        drop(first);
-    }
-}
+mod tests;
