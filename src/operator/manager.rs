@@ -782,7 +782,7 @@ impl crate::http::Probe for Probe {
             .collect();
         scrape.labelled_counter(
             "kite_operator_admission_reviews",
-            "Admission reviews answered, by result (approved, refused, timed_out, malformed)",
+            "Admission reviews answered, by result (approved, refused, timed_out, malformed, busy)",
             reviews,
         );
         self.registry.add_metrics(&mut scrape);

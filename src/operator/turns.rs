@@ -27,23 +27,29 @@ impl Turns {
 
     /// Waits for `namespace`'s turn; it lasts as long as the permit.
     pub async fn turn(&self, namespace: &str) -> OwnedSemaphorePermit {
-        let semaphore = {
-            let mut map = self
-                .by_namespace
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            // Namespaces nobody waits in are forgotten, so the map stays as small as
-            // the set of namespaces with work.
-            map.retain(|_, s| Arc::strong_count(s) > 1);
-            map.entry(namespace.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.each)))
-                .clone()
-        };
         // The semaphore is never closed.
-        semaphore
+        self.semaphore(namespace)
             .acquire_owned()
             .await
             .unwrap_or_else(|_| unreachable!("a turn's semaphore is never closed"))
+    }
+
+    /// `namespace`'s turn if one is free now, without waiting.
+    pub fn try_turn(&self, namespace: &str) -> Option<OwnedSemaphorePermit> {
+        self.semaphore(namespace).try_acquire_owned().ok()
+    }
+
+    fn semaphore(&self, namespace: &str) -> Arc<Semaphore> {
+        let mut map = self
+            .by_namespace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Namespaces nobody waits in are forgotten, so the map stays as small as the set
+        // of namespaces with work.
+        map.retain(|_, s| Arc::strong_count(s) > 1);
+        map.entry(namespace.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.each)))
+            .clone()
     }
 }
 
@@ -64,5 +70,20 @@ mod tests {
         drop(held);
         let again = tokio::time::timeout(Duration::from_secs(1), turns.turn("greedy")).await;
         assert!(again.is_ok(), "its turn comes once the first ends");
+    }
+
+    #[tokio::test]
+    async fn a_turn_tried_without_waiting_is_had_only_while_one_is_free() {
+        let turns = Turns::new(2);
+        let first = turns.try_turn("busy");
+        let second = turns.try_turn("busy");
+        assert!(first.is_some() && second.is_some());
+        assert!(turns.try_turn("busy").is_none(), "both turns are held");
+        assert!(
+            turns.try_turn("other").is_some(),
+            "another namespace has its own"
+        );
+        drop(first);
+        assert!(turns.try_turn("busy").is_some(), "one was given back");
     }
 }

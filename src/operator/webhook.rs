@@ -41,6 +41,12 @@ const MAX_BODY: usize = 4 << 20;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The API server gives up after the configuration's timeout (15 s) anyway.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(14);
+/// Reviews of one namespace's controllers under way at once; more are refused at once
+/// with "try again". Each holds one of the API server's connections (HTTP/1.1, at most
+/// [`crate::http::MAX_PER_PEER`] from one address) while it waits for its namespace's
+/// analysis turn: without this, one author sending dry-run creates in a loop would hold
+/// them all, and with `failurePolicy: Fail` no controller anywhere could be created.
+const REVIEWS_PER_NAMESPACE: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -120,6 +126,7 @@ pub async fn webhook(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
     let path: Arc<str> = Arc::from(path);
+    let reviews = Arc::new(super::turns::Turns::new(REVIEWS_PER_NAMESPACE));
     let (listener, bound) = crate::http::listen(addr).await?;
     let open = move |tcp| {
         let (acceptor, _) = tls.current();
@@ -131,8 +138,8 @@ pub async fn webhook(
         }
     };
     let handler = move |req| {
-        let (ctx, path) = (ctx.clone(), path.clone());
-        async move { handle(&ctx, &path, req).await }
+        let (ctx, path, reviews) = (ctx.clone(), path.clone(), reviews.clone());
+        async move { handle(&ctx, &path, &reviews, req).await }
     };
     let serve = crate::http::connections(
         listener,
@@ -146,9 +153,10 @@ pub async fn webhook(
 }
 
 /// Reviews answered since the start, by result: approved, refused, timed out (the
-/// review did not finish in time) and malformed (not an AdmissionReview).
-static REVIEWS: [std::sync::atomic::AtomicU64; 4] =
-    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+/// review did not finish in time), malformed (not an AdmissionReview) and busy (its
+/// namespace had [`REVIEWS_PER_NAMESPACE`] under way).
+static REVIEWS: [std::sync::atomic::AtomicU64; Reviewed::ALL.len()] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; Reviewed::ALL.len()];
 
 /// A review's result, for [`reviews`].
 #[derive(Debug, Clone, Copy)]
@@ -157,14 +165,17 @@ enum Reviewed {
     Refused = 1,
     TimedOut = 2,
     Malformed = 3,
+    /// Refused at once: its namespace had [`REVIEWS_PER_NAMESPACE`] under way.
+    Busy = 4,
 }
 
 impl Reviewed {
-    const ALL: [Reviewed; 4] = [
+    const ALL: [Reviewed; 5] = [
         Reviewed::Approved,
         Reviewed::Refused,
         Reviewed::TimedOut,
         Reviewed::Malformed,
+        Reviewed::Busy,
     ];
 
     fn label(self) -> &'static str {
@@ -173,6 +184,7 @@ impl Reviewed {
             Reviewed::Refused => "refused",
             Reviewed::TimedOut => "timed_out",
             Reviewed::Malformed => "malformed",
+            Reviewed::Busy => "busy",
         }
     }
 
@@ -192,7 +204,12 @@ pub fn reviews() -> Vec<(&'static str, u64)> {
         .collect()
 }
 
-async fn handle(ctx: &Context, path: &str, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(
+    ctx: &Context,
+    path: &str,
+    reviews: &super::turns::Turns,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::POST || req.uri().path() != path {
         return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"));
     }
@@ -215,6 +232,16 @@ async fn handle(ctx: &Context, path: &str, req: Request<Incoming>) -> Response<F
             AdmissionResponse::invalid(e)
         }
         Ok(request) => {
+            // Cluster-scoped kinds (an administrator's) share the "" turns.
+            let namespace = request.namespace.clone().unwrap_or_default();
+            let Some(_review) = reviews.try_turn(&namespace) else {
+                Reviewed::Busy.count();
+                let r = AdmissionResponse::from(&request).deny(format!(
+                    "{REVIEWS_PER_NAMESPACE} reviews of controllers in namespace {namespace} are under way, the kite operator's limit per namespace; try again"
+                ));
+                log(&request, &r);
+                return answer(r);
+            };
             if let Ok(r) = tokio::time::timeout(REVIEW_TIMEOUT, admission(ctx, &request)).await {
                 log(&request, &r);
                 if r.allowed {
@@ -230,6 +257,11 @@ async fn handle(ctx: &Context, path: &str, req: Request<Incoming>) -> Response<F
             }
         }
     };
+    answer(response)
+}
+
+/// The HTTP response carrying `response`.
+fn answer(response: AdmissionResponse) -> Response<Full<Bytes>> {
     match serde_json::to_vec(&response.into_review()) {
         Ok(json) => {
             let mut r = reply(StatusCode::OK, Bytes::from(json));

@@ -36,6 +36,7 @@ mod release;
 mod run;
 mod security;
 mod security_limits;
+mod security_webhook;
 mod shards;
 mod sharing;
 mod standard;
