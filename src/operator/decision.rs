@@ -91,8 +91,17 @@ impl<'a> Decision<'a> {
 
     /// Records the outcome and what now runs; stops what ran before. When nothing
     /// runs, the generated grants go too: what does not run holds no permissions.
+    ///
+    /// The removal lists every kind it generates cluster-wide, so it is made only when
+    /// something may be there to remove: on the first decision after the operator's
+    /// start (a previous run may have left some), when this reconcile or the last
+    /// run granted, or when a removal failed. Otherwise a controller refused again and
+    /// again (every retry, every change of its ConfigMap) would cost five cluster-wide
+    /// lists each time, paid by everyone else.
     pub async fn finish(mut self, hosted: Option<Hosted>) {
         let stopping = hosted.is_none();
+        let grants_may_remain =
+            self.first || self.grants.is_some() || self.ctx.registry.may_hold_grants(&self.key);
         let old = if stopping {
             self.ctx.registry.take_hosted(&self.key)
         } else {
@@ -103,9 +112,14 @@ impl<'a> Decision<'a> {
             self.event(EventType::Normal, "Stopped", "controller stopped")
                 .await;
         }
-        if stopping && let Err(e) = grants::remove(&self.ctx.client, &self.uid).await {
+        let mut removal_owed = false;
+        if stopping
+            && grants_may_remain
+            && let Err(e) = grants::remove(&self.ctx.client, &self.uid).await
+        {
             tracing::warn!(controller = %format!("{}/{}", self.key.0, self.key.1), error = %e, "removing the grants; retrying");
             self.fingerprint = 0;
+            removal_owed = true;
         }
         let grants = if stopping { None } else { self.grants };
         let authority = if stopping { None } else { self.authority };
@@ -119,6 +133,7 @@ impl<'a> Decision<'a> {
             self.script_ref,
         );
         self.ctx.registry.set_grants(&key, grants);
+        self.ctx.registry.set_grants_remain(&key, removal_owed);
         self.ctx.registry.set_authority(&key, authority);
         // The caller stopped the old version before starting this one; anything still
         // here raced in and goes the same way.

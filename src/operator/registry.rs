@@ -32,6 +32,8 @@ pub struct Entry {
     pub grants: Option<Arc<Grant>>,
     /// Set when a generated object changed; the next reconcile re-applies the grants.
     pub grants_changed: bool,
+    /// Objects generated for it may remain though nothing runs: their removal failed.
+    pub grants_remain: bool,
     /// Who approved what runs, and what they must keep holding; checked again now and
     /// then, since an author can lose permissions without any change here.
     pub authority: Option<Arc<Authority>>,
@@ -121,6 +123,21 @@ impl Registry {
         if let Some(e) = self.lock().get_mut(key) {
             e.grants = grants;
             e.grants_changed = false;
+        }
+    }
+
+    /// Whether objects generated for `key` may be in the cluster: it runs with grants,
+    /// or their removal failed.
+    pub fn may_hold_grants(&self, key: &Key) -> bool {
+        self.lock()
+            .get(key)
+            .is_some_and(|e| e.grants.is_some() || e.grants_remain)
+    }
+
+    /// Records whether a removal of `key`'s generated objects is still owed.
+    pub fn set_grants_remain(&self, key: &Key, remain: bool) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.grants_remain = remain;
         }
     }
 

@@ -557,3 +557,85 @@ async fn a_namespace_starts_no_more_watches_than_its_limit() {
     })
     .await;
 }
+
+/// Class 3 (the API server's load): a tenant's cheap write that makes the operator
+/// decide again, here a ConfigMap its controller's script comes from rewritten in a
+/// loop (never re-approved), costs a read of the script, not a cluster-wide search of
+/// the objects generated for the controller each time: those are removed once, when
+/// the controller stops.
+#[tokio::test]
+async fn a_controller_refused_again_and_again_does_not_search_the_cluster_each_time() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("sec-refused").await;
+    let ns = ns.name.as_str();
+    let user = tenant(ns).await;
+    grant(
+        ns,
+        &user,
+        "script",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["script"], "verbs": ["get", "patch"]}]),
+    )
+    .await;
+    let ceiling = Ceiling::new(CEILING).await;
+    let _op = Operator::start(ns, &ceiling).await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "script", "namespace": ns}, "data": {"ctrl.star": READER}});
+    let out = kubectl_stdin(&["apply", "-f", "-"], &cm.to_string()).await;
+    assert!(out.status.success());
+    let from = json!({"scriptFrom": {"configMapKeyRef": {"name": "script", "key": "ctrl.star"}}});
+    let out = apply_as(&user, &slc(ns, "pinned", from)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("running", T, || async {
+        (ready_reason(ns, "pinned").await == "Running").then_some(())
+    })
+    .await;
+    let uid = jsonpath("slc", "pinned", ns, "{.metadata.uid}").await;
+    // The operator's reads of the script, one per decision.
+    let reads = || {
+        audit_events(&format!("/namespaces/{ns}/configmaps/script"))
+            .iter()
+            .filter(|e| e["verb"] == "get" && e["stage"] == "ResponseComplete")
+            .count()
+    };
+    for i in 0..8 {
+        let before = reads();
+        let patch = json!({"data": {"ctrl.star": format!("{READER}# {i}\n")}}).to_string();
+        kubectl_ok(&[
+            "patch",
+            "configmap",
+            "script",
+            "-n",
+            ns,
+            "--as",
+            &user,
+            "-p",
+            &patch,
+        ])
+        .await;
+        wait_for("the operator decided again", T, || async {
+            (reads() > before).then_some(())
+        })
+        .await;
+    }
+    let s = status(ns, "pinned").await;
+    assert_eq!(condition(&s, "RBACReady")["reason"], "NotApproved", "{s}");
+    // The searches for what was generated for it (by its uid, every kind it may be
+    // given, ClusterRoleBindings among them): one when it was granted, one when it
+    // stopped; none for the refusals after.
+    let searches = audit_events(&uid)
+        .iter()
+        .filter(|e| {
+            e["verb"] == "list"
+                && e["objectRef"]["resource"] == "clusterrolebindings"
+                && e["stage"] == "ResponseComplete"
+        })
+        .count();
+    assert!(
+        (1..=2).contains(&searches),
+        "{searches} cluster-wide searches for the objects of {uid}"
+    );
+}
