@@ -125,7 +125,7 @@ impl Recorder {
         let outstanding = Arc::new(Outstanding {
             count,
             bytes: AtomicUsize::new(0),
-            namespace: namespace_bytes(&session.namespace),
+            namespace: namespace_bytes(session.events_charged_to()),
         });
         RECORDERS
             .lock()

@@ -85,14 +85,26 @@ pub struct Session {
     /// The background writer of this identity's Events ([`Session::recorder`]), shared
     /// with the sessions derived from it.
     recorder: Arc<OnceLock<super::recorder::Recorder>>,
+    /// The namespace the recorder's pending Events are counted against: the one this
+    /// identity was made for, kept by the sessions derived from it
+    /// (`k8s.config(namespace = ...)`), so that naming made-up namespaces does not
+    /// escape the per-namespace bound.
+    events_charged_to: Arc<str>,
     /// Its Events are written at once, never in the background: a fake cluster's (in
     /// memory, and a test looks at them right after the reconcile).
     pub immediate_events: bool,
 }
 
 impl Session {
+    /// The namespace its pending Events are counted against (see the field).
+    pub fn events_charged_to(&self) -> &str {
+        &self.events_charged_to
+    }
+
     /// The background writer of this identity's Events, started on first use.
     pub fn recorder(&self, runtime: &tokio::runtime::Handle) -> &super::recorder::Recorder {
+        // Started by whichever derived session records first; counted against the
+        // namespace of the session they all derive from.
         self.recorder
             .get_or_init(|| super::recorder::Recorder::start(self, runtime))
     }
@@ -117,6 +129,7 @@ impl Session {
             dry_run: self.dry_run,
             instance: self.instance.clone(),
             recorder: Arc::default(),
+            events_charged_to: self.events_charged_to.clone(),
             immediate_events: self.immediate_events,
         }
     }
@@ -144,6 +157,7 @@ impl Session {
             discovery: Discovery::new(client.clone()),
             streaming,
             client,
+            events_charged_to: Arc::from(namespace.as_str()),
             namespace,
             context,
             dry_run: defaults.dry_run,
@@ -167,6 +181,7 @@ impl Session {
             dry_run: self.dry_run,
             instance: self.instance.clone(),
             recorder: self.recorder.clone(),
+            events_charged_to: self.events_charged_to.clone(),
             immediate_events: self.immediate_events,
         }
     }
@@ -181,6 +196,7 @@ impl Session {
             discovery: Discovery::new(client.clone()),
             streaming: client.clone(),
             client,
+            events_charged_to: Arc::from(namespace.as_str()),
             namespace,
             context: String::new(),
             dry_run,
@@ -383,5 +399,31 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(cell.sessions.lock().unwrap().len(), MAX_DERIVED);
+    }
+
+    /// Issue 26: a session derived for a made-up namespace, which records an identity's
+    /// first Event, counts it against the pinned session's namespace.
+    #[test]
+    fn derived_sessions_charge_their_events_to_the_pinned_namespace() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cell = SessionCell::default();
+        cell.pin(Arc::new(Session::from_client(client, "home".into(), false)));
+        let key = SessionKey {
+            kubeconfig: None,
+            context: None,
+            namespace: Some("x-1".into()),
+        };
+        let derived = cell
+            .get(&key, &KubeOptions::default(), rt.handle())
+            .unwrap();
+        assert_eq!(derived.namespace, "x-1");
+        assert_eq!(derived.events_charged_to(), "home");
+        assert_eq!(derived.without_recorder().events_charged_to(), "home");
     }
 }
