@@ -2,6 +2,7 @@
 //! the watch events they cause from changes made by others (self-echo suppression).
 
 use std::collections::{HashSet, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 
 use serde_json::Value as Json;
@@ -10,10 +11,16 @@ use serde_json::Value as Json;
 /// forgotten first, which at worst costs one extra (idempotent) reconcile.
 const CAPACITY: usize = 8192;
 
-/// A bounded set of (uid, resourceVersion) pairs written by this controller.
+/// A bounded set of (uid, resourceVersion) pairs written by this controller, each kept
+/// as a 64-bit hash: a full log takes about 200 KiB (the set and the order, 8 bytes
+/// each per entry), within the share the operator charges each hosted controller,
+/// where the pairs themselves took ten times that. The hasher's key is random per log,
+/// so no one can aim a collision; an accidental one would at worst skip one reconcile
+/// of a change that is, by then, already older than the object's next one.
 #[derive(Default)]
 pub struct WriteLog {
     inner: Mutex<Inner>,
+    hasher: std::collections::hash_map::RandomState,
     /// Shown every recorded write (`kite dev` prints them); set at most once.
     observer: std::sync::OnceLock<Observer>,
 }
@@ -23,8 +30,8 @@ pub type Observer = Box<dyn Fn(&Json) + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {
-    order: VecDeque<(String, String)>,
-    set: HashSet<(String, String)>,
+    order: VecDeque<u64>,
+    set: HashSet<u64>,
 }
 
 /// Writes this thread made since [`noting`] (at most this many are named).
@@ -65,15 +72,14 @@ fn note(obj: &Json) {
     });
 }
 
-fn identity(obj: &Json) -> Option<(String, String)> {
-    let meta = &obj["metadata"];
-    Some((
-        meta["uid"].as_str()?.to_owned(),
-        meta["resourceVersion"].as_str()?.to_owned(),
-    ))
-}
-
 impl WriteLog {
+    /// The hash of `obj`'s (uid, resourceVersion), when it has both.
+    fn identity(&self, obj: &Json) -> Option<u64> {
+        let meta = &obj["metadata"];
+        let pair = (meta["uid"].as_str()?, meta["resourceVersion"].as_str()?);
+        Some(self.hasher.hash_one(pair))
+    }
+
     /// Calls `f` with every object recorded from now on; a second observer is ignored.
     pub fn observe(&self, f: Observer) {
         let _ = self.observer.set(f);
@@ -85,7 +91,9 @@ impl WriteLog {
         if let Some(f) = self.observer.get() {
             f(obj);
         }
-        let Some(id) = identity(obj) else { return };
+        let Some(id) = self.identity(obj) else {
+            return;
+        };
         // A thread past its memory budget could be parked for good by its next large
         // block (`script::memory`), and must not be holding this lock then: the watch
         // events of every controller sharing it would wait. Not recording costs at
@@ -97,19 +105,21 @@ impl WriteLog {
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if inner.set.insert(id.clone()) {
-            inner.order.push_back(id);
-        }
-        while inner.order.len() > CAPACITY {
-            if let Some(old) = inner.order.pop_front() {
-                inner.set.remove(&old);
+        if inner.set.insert(id) {
+            // The oldest goes before the newest comes, so the order never grows past
+            // its first allocation.
+            while inner.order.len() >= CAPACITY {
+                if let Some(old) = inner.order.pop_front() {
+                    inner.set.remove(&old);
+                }
             }
+            inner.order.push_back(id);
         }
     }
 
     /// True (once) if `obj` is exactly the state one of our writes produced.
     pub fn is_echo(&self, obj: &Json) -> bool {
-        let Some(id) = identity(obj) else {
+        let Some(id) = self.identity(obj) else {
             return false;
         };
         let mut inner = self
@@ -173,5 +183,11 @@ mod tests {
             "the oldest entries were forgotten"
         );
         assert!(log.is_echo(&obj("u", &(CAPACITY + 9).to_string())));
+        // What a full log takes stays within the 256 KiB the operator charges a hosted
+        // controller for all of kite's own state (issue 26).
+        let inner = log.inner.lock().unwrap();
+        let buckets = (inner.set.capacity() * 8 / 7).next_power_of_two();
+        let bytes = buckets * (8 + 1) + inner.order.capacity() * 8;
+        assert!(bytes < 220 << 10, "a full write log takes {bytes} bytes");
     }
 }
