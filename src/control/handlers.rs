@@ -323,14 +323,14 @@ pub fn call<T>(
                     exceeded: crate::script::memory::Exceeded {
                         limit: host.limits.memory,
                     },
-                    at: crate::script::run::position(&e.to_string()),
+                    at: crate::script::run::position(&host.own_names(&e.to_string())),
                 }),
                 Err(e) if over_budget.load(Ordering::Relaxed) => Err(Error::OverBudget {
                     budget: crate::duration::format(budget),
-                    at: crate::script::run::position(&e.to_string()),
+                    at: crate::script::run::position(&host.own_names(&e.to_string())),
                 }),
                 Err(_) if stop.is_set() => Err(Error::Stopped),
-                Err(e) => Err(Error::Raised(e.to_string())),
+                Err(e) => Err(Error::Raised(host.own_names(&e.to_string()))),
             }
         })
     };

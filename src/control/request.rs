@@ -50,7 +50,7 @@ pub fn control_method(builder: &mut MethodsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<NoneType> {
         let host = Host::of(eval)?;
-        host.allow("k8s.control", Access::K8s)?;
+        host.allow_handoff("k8s.control", Access::K8s)?;
         let (spec, handlers) = spec::parse(&args.items, &kwargs)?;
         within_limits(&spec, &host.limits).map_err(|e| anyhow::anyhow!("k8s.control: {e}"))?;
         let session = crate::k8s::module::session_key(this);

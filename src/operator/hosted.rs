@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::modules::TopLevel;
 use crate::control::controller::{Config, Controller};
 use crate::control::handlers::Handlers;
 use crate::control::request::ControlRequest;
@@ -82,6 +83,8 @@ pub struct Plan {
     /// (see [`Hosted::recharge`]), charged from the start so that it is refused before
     /// its caches fill again.
     pub reserve: usize,
+    /// The top levels other controllers evaluated, to share.
+    pub modules: Arc<super::modules::Modules>,
 }
 
 /// A running hosted controller.
@@ -103,6 +106,8 @@ pub struct Hosted {
     /// administrator's controller stopped; its author, a cluster administrator, sizes
     /// the operator for them (`resources.limits.memory`).
     charges_caches: bool,
+    /// Its top level, held so that others of the same script find it.
+    _top: Arc<super::modules::TopLevel>,
 }
 
 impl Hosted {
@@ -178,7 +183,9 @@ fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// Evaluates the script as `client`'s identity and starts its controller.
+/// Evaluates the script as `client`'s identity and starts its controller. A top level
+/// another controller of the namespace evaluated from the same source and vars is used
+/// as it is ([`super::modules`]).
 ///
 /// # Errors
 /// A script error, a script without `k8s.control()`, a bad override, or a start failure
@@ -189,14 +196,105 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
     let permissions = Permissions::k8s_only();
     let mut host = Host::new(library(), vars, permissions, runtime);
-    host.printer = Printer::hosted(&plan.name, printer::HOSTED).with_journal(plan.journal.clone());
+    host.printer = Printer::hosted(&plan.name, printer::HOSTED)
+        .with_journal(plan.journal.clone())
+        .recording();
     host.limits = plan.limits.clone();
+    let key = super::modules::Key {
+        namespace: plan.namespace.clone(),
+        script: Arc::from(plan.script.as_str()),
+        vars: plan.vars.clone(),
+    };
+    let shared = plan.modules.get(&key);
+    if let Some(top) = &shared
+        && top.file_name != plan.file_name
+    {
+        host.file_alias = Some((top.file_name.clone(), plan.file_name.clone()));
+    }
     let host = Arc::new(host);
     let mut session = Session::from_client(client, plan.namespace.clone(), false);
     session.discovery = plan.discovery.clone();
     session.instance = Some("kite-operator".to_owned());
     let session = Arc::new(session);
     host.ext::<SessionCell>().pin(session.clone());
+    let top = if let Some(top) = shared {
+        for text in &top.printed {
+            let _ = starlark::PrintHandler::println(&host.printer, text);
+        }
+        top
+    } else {
+        let top = evaluate(&plan, &host).await?;
+        if host.reached() {
+            Arc::new(top)
+        } else {
+            plan.modules.insert(key, top)
+        }
+    };
+    let kept = top.kept;
+    let charge = plan
+        .quota
+        .charge(&plan.namespace, kept.saturating_add(plan.reserve))?;
+    let access = plan.informers.clone();
+    let request = top.request.clone();
+    let positions = top
+        .positions
+        .iter()
+        .map(|(name, at)| (name.clone(), host.own_names(at)))
+        .collect();
+    let handlers = Handlers::of_script(top.module.clone(), positions).map_err(Error::Evaluate)?;
+    let mut spec = request.spec;
+    let ignored = ignore_hosting_options(&mut spec);
+    if let Some(o) = &plan.overrides {
+        apply_overrides(&mut spec, o, &plan.limits).map_err(Error::Override)?;
+    }
+    if plan.confined {
+        match &spec.namespace {
+            None => spec.namespace = Some(plan.namespace.clone()),
+            Some(n) if *n == plan.namespace => {}
+            Some(n) => {
+                return Err(Error::Override(format!(
+                    "k8s.control(namespace = {n:?}): a StarlarkController watches only its own namespace {:?}",
+                    plan.namespace
+                )));
+            }
+        }
+    }
+    let watching = spec.kind.clone();
+    let config = Config {
+        name: plan.name,
+        spec,
+        handlers,
+        host,
+        session,
+        handler_budget: plan.handler_budget,
+        leader: None,
+        outer_lease: plan.lease,
+        pool: Some(crate::control::pool::Share {
+            pool: plan.pool,
+            group: plan.namespace.clone(),
+        }),
+        informers: Some(plan.informers),
+    };
+    let controller = Controller::start(config).await?;
+    Ok(Hosted {
+        controller,
+        watching,
+        ignored,
+        charge,
+        kept,
+        access,
+        charges_caches: plan.confined,
+        _top: top,
+    })
+}
+
+/// Runs the script's top level on a thread of its own, within its budget, in its
+/// namespace's turn.
+///
+/// # Errors
+/// A script error, one that never calls `k8s.control()`, or a top level over its
+/// budget or memory.
+async fn evaluate(plan: &Plan, host: &Arc<Host>) -> Result<TopLevel> {
     let (file_name, script, eval_host) =
         (plan.file_name.clone(), plan.script.clone(), host.clone());
     let turn = plan.turns.turn(&plan.namespace).await;
@@ -260,54 +358,14 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     // heap, and the Rust-side parts of its values (a dict's table), which the heap's
     // own count leaves out.
     let kept = kept.max(module.frozen_heap().allocated_bytes());
-    let charge = plan
-        .quota
-        .charge(&plan.namespace, kept.saturating_add(plan.reserve))?;
-    let access = plan.informers.clone();
     let request = ControlRequest::from_handoff(handoff).map_err(Error::Evaluate)?;
-    let handlers = Handlers::of_script(module, positions).map_err(Error::Evaluate)?;
-    let mut spec = request.spec;
-    let ignored = ignore_hosting_options(&mut spec);
-    if let Some(o) = &plan.overrides {
-        apply_overrides(&mut spec, o, &plan.limits).map_err(Error::Override)?;
-    }
-    if plan.confined {
-        match &spec.namespace {
-            None => spec.namespace = Some(plan.namespace.clone()),
-            Some(n) if *n == plan.namespace => {}
-            Some(n) => {
-                return Err(Error::Override(format!(
-                    "k8s.control(namespace = {n:?}): a StarlarkController watches only its own namespace {:?}",
-                    plan.namespace
-                )));
-            }
-        }
-    }
-    let watching = spec.kind.clone();
-    let config = Config {
-        name: plan.name,
-        spec,
-        handlers,
-        host,
-        session,
-        handler_budget: plan.handler_budget,
-        leader: None,
-        outer_lease: plan.lease,
-        pool: Some(crate::control::pool::Share {
-            pool: plan.pool,
-            group: plan.namespace.clone(),
-        }),
-        informers: Some(plan.informers),
-    };
-    let controller = Controller::start(config).await?;
-    Ok(Hosted {
-        controller,
-        watching,
-        ignored,
-        charge,
+    Ok(TopLevel {
+        file_name: plan.file_name.clone(),
+        module,
+        positions,
+        request,
         kept,
-        access,
-        charges_caches: plan.confined,
+        printed: host.printer.tape(),
     })
 }
 

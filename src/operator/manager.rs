@@ -253,6 +253,7 @@ pub async fn run(
         approval: approval::Key::new(&material.approval_key).with_max_age(opts.approval_max_age),
         turns: Arc::new(super::turns::Turns::new(4)),
         analyses: super::turns::Turns::new(1),
+        modules: Arc::default(),
         lease: lease.clone(),
         pool: pool.clone(),
         informers: informers.clone(),
@@ -299,6 +300,7 @@ pub async fn run(
             leading: leading.clone(),
             synced: synced.clone(),
             informers: informers.clone(),
+            modules: ctx.modules.clone(),
             shards: shards.clone(),
         });
         let gate: Option<Arc<dyn crate::http::MetricsGate>> = (opts.secure_metrics
@@ -704,6 +706,7 @@ struct Probe {
     leading: watch::Receiver<bool>,
     synced: Arc<AtomicBool>,
     informers: Arc<crate::control::informers::Informers>,
+    modules: Arc<super::modules::Modules>,
     shards: Option<Arc<Shards>>,
 }
 
@@ -741,6 +744,11 @@ impl crate::http::Probe for Probe {
             "kite_operator_informers",
             "Watches the hosted controllers share (one per resource, namespace and selectors)",
             i64::try_from(self.informers.running()).unwrap_or(i64::MAX),
+        );
+        scrape.gauge(
+            "kite_operator_modules",
+            "Distinct top levels the hosted controllers run (one per namespace, script and vars that reached nothing outside)",
+            i64::try_from(self.modules.len()).unwrap_or(i64::MAX),
         );
         if let Some(shards) = &self.shards {
             scrape.gauge(

@@ -35,6 +35,7 @@ pub mod identity;
 pub mod logs;
 pub mod manager;
 pub mod metrics_access;
+pub mod modules;
 pub mod quota;
 pub mod reconciler;
 pub mod registration;

@@ -57,6 +57,8 @@ pub struct Context {
     /// One analysis (lint and inference) at a time per namespace: apart from the top
     /// levels, so that a slow top level never holds up a review at admission.
     pub analyses: super::turns::Turns,
+    /// The hosted scripts' evaluated top levels, shared between equal ones.
+    pub modules: Arc<super::modules::Modules>,
     /// The operator's lease, when it elects a leader.
     pub lease: Option<Arc<crate::control::leader::Validity>>,
     /// The worker threads every hosted controller shares.
@@ -423,6 +425,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         ),
         discovery: ctx.discovery.clone(),
         turns: ctx.turns.clone(),
+        modules: ctx.modules.clone(),
         quota: ctx.quota.clone(),
         reserve: ctx.registry.reserve(&d.key),
         journal: ctx.registry.journal(

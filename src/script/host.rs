@@ -36,6 +36,14 @@ pub struct Host {
     /// What builtins handed over for after the top level (`k8s.control(...)`,
     /// `k8s.webhook(...)`); None once taken, so later calls (from handlers) are refused.
     handoff: Mutex<Option<Handoff>>,
+    /// Set once the script used an access to the outside (the cluster) or wrote a log
+    /// record: what it computed, or did, belongs to whoever ran it, so its top level
+    /// cannot stand for another controller's (see [`Host::reached`]).
+    reached: std::sync::atomic::AtomicBool,
+    /// `(shared, own)`: the script runs a top level evaluated under another file name
+    /// (another controller's, with the same source); messages name its own file
+    /// instead ([`Host::own_names`]).
+    pub file_alias: Option<(String, String)>,
 }
 
 /// What builtins hand over to whoever runs the script, at most one value per type
@@ -213,6 +221,8 @@ impl Host {
             limits: Limits::default(),
             extensions: Extensions::default(),
             handoff: Mutex::new(Some(Handoff::default())),
+            reached: false.into(),
+            file_alias: None,
         }
     }
 
@@ -299,14 +309,67 @@ impl Host {
     /// # Errors
     /// The denial, naming the call and the flag.
     pub fn allow(&self, call: &str, access: Access) -> anyhow::Result<()> {
+        self.permissions.check(call, access)?;
+        self.mark_reached();
+        Ok(())
+    }
+
+    /// Checks a permission for a call that only hands something over for after the top
+    /// level (`k8s.control`): it reaches nothing itself.
+    ///
+    /// # Errors
+    /// The denial, naming the call and the flag.
+    pub fn allow_handoff(&self, call: &str, access: Access) -> anyhow::Result<()> {
         Ok(self.permissions.check(call, access)?)
+    }
+
+    /// `text` with the places it names in the file the top level was evaluated under
+    /// named in this script's own file (see [`Host::file_alias`]).
+    pub fn own_names(&self, text: &str) -> String {
+        let Some((shared, own)) = &self.file_alias else {
+            return text.to_owned();
+        };
+        let needle = format!("{shared}:");
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(i) = rest.find(&needle) {
+            // Only a whole file name: `data.star:` is not `a.star:`.
+            let whole = rest[..i]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | '/')));
+            out.push_str(&rest[..i]);
+            out.push_str(if whole { own } else { shared });
+            out.push(':');
+            rest = &rest[i + needle.len()..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// Records that the script reached outside itself (see [`Host::reached`]).
+    pub fn mark_reached(&self) {
+        self.reached
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the script has, so far, used an allowed access or written a log record.
+    /// A top level that has not computed only from its source and its vars: another
+    /// controller with the same source, vars and namespace may use its frozen module.
+    pub fn reached(&self) -> bool {
+        self.reached.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
 /// `file:line:col` (1-based) of the innermost call in progress, for error messages.
 pub fn call_site(eval: &Evaluator) -> String {
-    eval.call_stack_top_location()
-        .map_or_else(|| "<unknown>".to_owned(), |span| position(&span))
+    let site = eval
+        .call_stack_top_location()
+        .map_or_else(|| "<unknown>".to_owned(), |span| position(&span));
+    match Host::of(eval) {
+        Ok(host) => host.own_names(&site),
+        Err(_) => site,
+    }
 }
 
 /// `file:line:col` (1-based) of a span, as every kite message names places.
@@ -318,4 +381,34 @@ pub fn position(span: &starlark::codemap::FileSpan) -> String {
         pos.begin.line + 1,
         pos.begin.column + 1
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_top_level_names_the_running_scripts_own_file() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let library = crate::script::library::Library::builder_of(&[]).build();
+        let library: &'static _ = Box::leak(Box::new(library));
+        let mut host = Host::new(
+            library,
+            Vars::default(),
+            Permissions::default(),
+            runtime.handle().clone(),
+        );
+        let text = "error: a.star:3:5: told to fail\n  at a.star:7, in reconcile (data.star:1)";
+        assert_eq!(host.own_names(text), text, "its own top level: unchanged");
+        host.file_alias = Some(("a.star".into(), "b.star".into()));
+        assert_eq!(
+            host.own_names(text),
+            "error: b.star:3:5: told to fail\n  at b.star:7, in reconcile (data.star:1)"
+        );
+        assert!(!host.reached());
+        host.allow_handoff("k8s.control", Access::K8s).ok();
+        assert!(!host.reached(), "handing over reaches nothing");
+    }
 }

@@ -31,7 +31,19 @@ pub struct Printer {
     captured: Option<Mutex<Vec<String>>>,
     /// Where a hosted controller's lines are kept for its author (`kite logs`), as well.
     journal: Option<std::sync::Arc<crate::script::journal::Journal>>,
+    /// The texts printed, as given, kept to be printed again for another controller
+    /// that shares this top level ([`Printer::recording`]).
+    tape: Option<Mutex<Vec<String>>>,
 }
+
+/// The most texts a [`Printer::recording`] keeps: a hosted printer writes no more than
+/// its burst at once, so a replay of more would be dropped anyway.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a small whole positive constant"
+)]
+const TAPE_LIMIT: usize = HOSTED.burst as usize;
 
 /// The most lines a capturing printer keeps before the oldest go.
 const CAPTURE_LIMIT: usize = 10_000;
@@ -71,6 +83,7 @@ impl Printer {
             }),
             captured: None,
             journal: None,
+            tape: None,
         }
     }
 
@@ -95,6 +108,22 @@ impl Printer {
             captured: Some(Mutex::default()),
             ..Self::default()
         }
+    }
+
+    /// Also keeps the first [`TAPE_LIMIT`] texts printed, for [`Printer::tape`].
+    #[must_use]
+    pub fn recording(mut self) -> Self {
+        self.tape = Some(Mutex::default());
+        self
+    }
+
+    /// The texts kept by [`Printer::recording`], each cut as a hosted printer would.
+    pub fn tape(&self) -> Vec<String> {
+        self.tape.as_ref().map_or_else(Vec::new, |t| {
+            t.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
     }
 
     /// The lines captured since the last call (none unless [`capturing`](Self::capturing)).
@@ -174,6 +203,14 @@ impl Printer {
 
 impl PrintHandler for Printer {
     fn println(&self, text: &str) -> starlark::Result<()> {
+        if let Some(tape) = &self.tape {
+            let mut tape = tape
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if tape.len() < TAPE_LIMIT {
+                tape.push(contained(text));
+            }
+        }
         let lines = self.admit(text, Instant::now());
         if lines.is_empty() {
             return Ok(());

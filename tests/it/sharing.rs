@@ -158,3 +158,61 @@ async fn a_controller_whose_account_may_not_watch_is_refused_until_it_may() {
     wait_condition(ns, "borrowed", "Ready", "True", T).await;
     replicas_become(ns, "web", "3").await;
 }
+
+/// The operator's `kite_operator_modules` gauge.
+async fn modules(op: &Operator) -> Option<u64> {
+    op.metrics()
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("kite_operator_modules "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 28: controllers of one namespace running the same script with the same vars
+/// share one evaluated top level (and what it printed is printed for each); other vars
+/// make another; a top level that reached the cluster is each controller's own.
+#[tokio::test]
+async fn controllers_of_the_same_script_and_vars_share_one_top_level() {
+    install_starlarkcontroller_crd().await;
+    let ns = TestNamespace::new("share-mod").await;
+    let ns = ns.name.as_str();
+    let ceiling = Ceiling::new(MAX_REPLICAS_CEILING).await;
+    let op = Operator::start(ns, &ceiling).await;
+    for (name, max) in [("a", "3"), ("b", "3"), ("c", "2")] {
+        apply_slc(ns, name, max_replicas_spec(ns, max)).await;
+    }
+    for name in ["a", "b", "c"] {
+        wait_condition(ns, name, "Ready", "True", T).await;
+    }
+    assert_eq!(modules(&op).await, Some(2), "{}", op.metrics().await);
+    let out = op.kite.stdout();
+    for name in ["a", "b"] {
+        let line = format!("[{ns}/{name}] Starting max-replicas controller. Max allowed: 3");
+        assert_eq!(count(&out, &line), 1, "{line} in {out:?}");
+    }
+
+    // Reading the cluster at the top level: each evaluates its own.
+    let reads =
+        format!("seen = len(k8s.list(\"deployments\", namespace = \"{ns}\"))\n{MAX_REPLICAS}");
+    for name in ["d", "e"] {
+        apply_slc(
+            ns,
+            name,
+            json!({"script": reads, "vars": {"max_replicas": "3"}, "control": {"namespace": ns}}),
+        )
+        .await;
+    }
+    for name in ["d", "e"] {
+        wait_condition(ns, name, "Ready", "True", T).await;
+    }
+    assert_eq!(modules(&op).await, Some(2), "{}", op.metrics().await);
+
+    // The last holders go: so does the shared top level.
+    for name in ["a", "b"] {
+        kubectl_ok(&["delete", "slc", name, "-n", ns, "--timeout=30s"]).await;
+    }
+    wait_until("the shared top level dropped", T, || async {
+        modules(&op).await == Some(1)
+    })
+    .await;
+}

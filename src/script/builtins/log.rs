@@ -135,7 +135,10 @@ fn attrs_of(call: &str, attrs: Value) -> anyhow::Result<Map<String, Json>> {
 /// controller (`controller=namespace/name`).
 fn write(eval: &Evaluator<'_, '_, '_>, level: u8, msg: &str, fields: &Map<String, Json>) {
     let at = call_site(eval);
-    let printer = Host::of(eval).ok().map(|h| &h.printer);
+    let host = Host::of(eval).ok();
+    // A record names its controller: a top level that writes one is its own.
+    host.inspect(|h| h.mark_reached());
+    let printer = host.map(|h| &h.printer);
     if printer.is_some_and(|p| !p.admit_record(std::time::Instant::now())) {
         return;
     }
