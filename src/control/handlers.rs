@@ -17,6 +17,7 @@ use starlark::values::dict::{AllocDict, DictRef};
 use starlark::values::list::{AllocList, ListRef};
 use starlark::values::{Heap, OwnedFrozenValue, Value};
 
+use super::option::ControlOption as O;
 use super::spec::HandlerValues;
 use crate::script::budget::{self, Budget, Cancel};
 use crate::script::host::Host;
@@ -107,13 +108,14 @@ pub struct Handlers {
     _module: FrozenModule,
 }
 
-const NAMES: [&str; 6] = [
-    "reconcile",
-    "on_create",
-    "on_update",
-    "on_delete",
-    "finalize",
-    "predicate",
+/// The options whose functions are stashed, each under its keyword.
+const NAMES: [O; 6] = [
+    O::Reconcile,
+    O::OnCreate,
+    O::OnUpdate,
+    O::OnDelete,
+    O::Finalize,
+    O::Predicate,
 ];
 
 /// Stores the handlers in the module's extra value, so that freezing the module keeps
@@ -130,7 +132,7 @@ pub fn stash<'v>(module: &Module<'v>, heap: Heap<'v>, h: &HandlerValues<'v>) {
     let mut entries: Vec<(Value<'v>, Value<'v>)> = NAMES
         .iter()
         .zip(fields)
-        .filter_map(|(name, f)| Some((heap.alloc(*name), f?)))
+        .filter_map(|(option, f)| Some((heap.alloc(option.name()), f?)))
         .collect();
     entries.push((
         heap.alloc("related"),
@@ -194,12 +196,12 @@ impl Handlers {
             }
         }
         Some(Self {
-            reconcile: field("reconcile"),
-            on_create: field("on_create"),
-            on_update: field("on_update"),
-            on_delete: field("on_delete"),
-            finalize: field("finalize"),
-            predicate: field("predicate"),
+            reconcile: field(O::Reconcile.name()),
+            on_create: field(O::OnCreate.name()),
+            on_update: field(O::OnUpdate.name()),
+            on_delete: field(O::OnDelete.name()),
+            finalize: field(O::Finalize.name()),
+            predicate: field(O::Predicate.name()),
             related,
             positions: std::collections::HashMap::default(),
             _module: module,

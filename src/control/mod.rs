@@ -17,6 +17,7 @@ pub mod informers;
 pub mod leader;
 pub mod manual;
 pub mod metrics;
+pub mod option;
 pub mod pool;
 pub mod queue;
 mod reconcile;

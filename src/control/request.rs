@@ -9,6 +9,7 @@ use starlark::values::Value;
 use starlark::values::none::NoneType;
 use starlark::values::tuple::UnpackTuple;
 
+use super::option::ControlOption;
 use super::spec::{self, ControlSpec};
 use crate::k8s::session::SessionKey;
 use crate::script::host::{Host, Limits};
@@ -77,9 +78,14 @@ pub fn signatures(known: &mut std::collections::BTreeMap<String, crate::script::
     known.insert(
         "k8s.control".to_owned(),
         crate::script::lint::Signature {
-            positional: vec![("kind".to_owned(), false)],
+            positional: vec![(ControlOption::Kind.name().to_owned(), false)],
             kwargs: true,
-            kwarg_names: Some(spec::KEYWORDS.iter().map(|k| (*k).to_owned()).collect()),
+            kwarg_names: Some(
+                ControlOption::ALL
+                    .iter()
+                    .map(|o| o.name().to_owned())
+                    .collect(),
+            ),
             ..Default::default()
         },
     );
@@ -95,13 +101,13 @@ fn within_limits(spec: &ControlSpec, limits: &Limits) -> anyhow::Result<()> {
             limits.max_workers
         );
     }
-    for (what, period) in [
-        ("poll", spec.poll),
-        ("resync", spec.resync),
-        ("backoff", Some(spec.backoff)),
+    for (option, period) in [
+        (ControlOption::Poll, spec.poll),
+        (ControlOption::Resync, spec.resync),
+        (ControlOption::Backoff, Some(spec.backoff)),
     ] {
         if let Some(p) = period {
-            limits.check_period(what, p)?;
+            limits.check_period(option.name(), p)?;
         }
     }
     Ok(())

@@ -9,35 +9,8 @@ use starlark::values::dict::DictRef;
 use starlark::values::list::ListRef;
 use starlark::values::tuple::TupleRef;
 
+use super::option::ControlOption as O;
 use crate::script::attrdict::AttrDict;
-
-/// Every keyword `k8s.control` accepts, in the order error messages list them.
-pub const KEYWORDS: &[&str] = &[
-    "kind",
-    "reconcile",
-    "on_create",
-    "on_update",
-    "on_delete",
-    "finalize",
-    "finalizer",
-    "namespace",
-    "labels",
-    "field_selector",
-    "poll",
-    "resync",
-    "health_port",
-    "generation_changed",
-    "watch_owned",
-    "watch_related",
-    "workers",
-    "max_retries",
-    "backoff",
-    "predicate",
-    "leader_election",
-    "leader_election_id",
-    "leader_election_namespace",
-    "identity",
-];
 
 /// The default finalizer when `finalize` is given without `finalizer`.
 pub const DEFAULT_FINALIZER: &str = "starkite.io/finalizer";
@@ -199,6 +172,71 @@ fn items(v: Value) -> Option<Vec<Value>> {
         .or_else(|| TupleRef::from_value(v).map(|t| t.content().to_vec()))
 }
 
+/// The keyword arguments of one call, read one option at a time (a None value is as if
+/// the option were not given).
+struct Given<'a, 'v>(&'a SmallMap<String, Value<'v>>);
+
+impl<'v> Given<'_, 'v> {
+    fn get(&self, option: O) -> Option<Value<'v>> {
+        self.0.get(option.name()).copied().filter(|v| !v.is_none())
+    }
+
+    /// The option's value checked by `parse`, which is given the keyword to name in its
+    /// errors: taking the option once keeps the value read and the name said together.
+    fn read<T>(
+        &self,
+        option: O,
+        parse: impl FnOnce(&str, Value<'v>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<Option<T>> {
+        self.get(option)
+            .map(|v| parse(option.name(), v))
+            .transpose()
+    }
+}
+
+/// `watch_owned`: a list of at most [`MAX_WATCHES`] kinds.
+fn owned_kinds(name: &str, v: Value) -> anyhow::Result<Vec<String>> {
+    let kinds = items(v).ok_or_else(|| err(format!("{name} must be a list of kinds")))?;
+    if kinds.len() > MAX_WATCHES {
+        return Err(err(format!(
+            "{name} names {} kinds; at most {MAX_WATCHES}",
+            kinds.len()
+        )));
+    }
+    kinds
+        .into_iter()
+        .map(|item| kind_name(&format!("{name} item"), item))
+        .collect()
+}
+
+/// `watch_related`: at most [`MAX_WATCHES`] kinds, each with its map function.
+fn related_pairs<'v>(name: &str, v: Value<'v>) -> anyhow::Result<Vec<(String, Value<'v>)>> {
+    let related = items(v).ok_or_else(|| err(format!("{name} must be a list")))?;
+    if related.len() > MAX_WATCHES {
+        return Err(err(format!(
+            "{name} has {} items; at most {MAX_WATCHES}",
+            related.len()
+        )));
+    }
+    let mut pairs = Vec::with_capacity(related.len());
+    for item in related {
+        let (kind, map_func) = if let Some(pair) = items(item).filter(|p| p.len() == 2) {
+            (pair[0], pair[1])
+        } else if let Some((k, f)) = dict_pair(item) {
+            (k, f)
+        } else {
+            return Err(err(format!(
+                "each {name} item must be {{\"kind\": ..., \"map_func\": fn}} or (kind, fn)"
+            )));
+        };
+        pairs.push((
+            kind_name(&format!("{name} kind"), kind)?,
+            function(&format!("{name} map_func"), map_func, &[1])?,
+        ));
+    }
+    Ok(pairs)
+}
+
 /// Parses `k8s.control(kind, **options)`.
 ///
 /// # Errors
@@ -213,17 +251,18 @@ pub fn parse<'v>(
             "takes the kind as its only positional argument; give the rest by keyword",
         ));
     }
-    if let Some(unknown) = kwargs.keys().find(|k| !KEYWORDS.contains(&k.as_str())) {
+    if let Some(unknown) = kwargs.keys().find(|k| O::parse(k).is_none()) {
+        let accepted: Vec<&str> = O::ALL.iter().map(|o| o.name()).collect();
         return Err(err(format!(
             "unknown keyword argument {unknown:?} (accepted: {})",
-            KEYWORDS.join(", ")
+            accepted.join(", ")
         )));
     }
-    let get = |k: &str| kwargs.get(k).copied().filter(|v| !v.is_none());
-    let kind = match (positional.first(), get("kind")) {
+    let given = Given(kwargs);
+    let kind = match (positional.first(), given.get(O::Kind)) {
         (Some(_), Some(_)) => return Err(err("kind is given both by position and by keyword")),
-        (Some(v), None) => string("kind", *v)?,
-        (None, Some(v)) => string("kind", v)?,
+        (Some(v), None) => string(O::Kind.name(), *v)?,
+        (None, Some(v)) => string(O::Kind.name(), v)?,
         (None, None) => {
             return Err(err(
                 "missing the kind to watch, e.g. k8s.control(\"deployments\", ...)",
@@ -235,26 +274,15 @@ pub fn parse<'v>(
     }
     let mut h = HandlerValues::default();
     let mut reconcile_arity = None;
-    if let Some(v) = get("reconcile") {
-        let f = function("reconcile", v, &[1, 2])?;
+    if let Some(f) = given.read(O::Reconcile, |name, v| function(name, v, &[1, 2]))? {
         reconcile_arity = Some(arity(f).unwrap_or(1));
         h.reconcile = Some(f);
     }
-    h.on_create = get("on_create")
-        .map(|v| function("on_create", v, &[1]))
-        .transpose()?;
-    h.on_update = get("on_update")
-        .map(|v| function("on_update", v, &[2]))
-        .transpose()?;
-    h.on_delete = get("on_delete")
-        .map(|v| function("on_delete", v, &[1]))
-        .transpose()?;
-    h.finalize = get("finalize")
-        .map(|v| function("finalize", v, &[1]))
-        .transpose()?;
-    h.predicate = get("predicate")
-        .map(|v| function("predicate", v, &[1]))
-        .transpose()?;
+    h.on_create = given.read(O::OnCreate, |name, v| function(name, v, &[1]))?;
+    h.on_update = given.read(O::OnUpdate, |name, v| function(name, v, &[2]))?;
+    h.on_delete = given.read(O::OnDelete, |name, v| function(name, v, &[1]))?;
+    h.finalize = given.read(O::Finalize, |name, v| function(name, v, &[1]))?;
+    h.predicate = given.read(O::Predicate, |name, v| function(name, v, &[1]))?;
     if h.reconcile.is_none()
         && h.on_create.is_none()
         && h.on_update.is_none()
@@ -265,8 +293,8 @@ pub fn parse<'v>(
             "needs at least one handler: reconcile, on_create, on_update, on_delete or finalize",
         ));
     }
-    let finalizer = match (get("finalizer"), &h.finalize) {
-        (Some(v), _) => Some(string("finalizer", v)?),
+    let finalizer = match (given.read(O::Finalizer, string)?, &h.finalize) {
+        (Some(f), _) => Some(f),
         (None, Some(_)) => Some(DEFAULT_FINALIZER.to_owned()),
         (None, None) => None,
     };
@@ -277,86 +305,45 @@ pub fn parse<'v>(
             "finalizer {f:?} must be qualified, like \"example.com/cleanup\""
         )));
     }
-    let mut watch_owned = Vec::new();
-    if let Some(v) = get("watch_owned") {
-        let kinds = items(v).ok_or_else(|| err("watch_owned must be a list of kinds"))?;
-        if kinds.len() > MAX_WATCHES {
-            return Err(err(format!(
-                "watch_owned names {} kinds; at most {MAX_WATCHES}",
-                kinds.len()
-            )));
-        }
-        for item in kinds {
-            watch_owned.push(kind_name("watch_owned item", item)?);
-        }
-    }
-    let mut watch_related = Vec::new();
-    if let Some(v) = get("watch_related") {
-        let related = items(v).ok_or_else(|| err("watch_related must be a list"))?;
-        if related.len() > MAX_WATCHES {
-            return Err(err(format!(
-                "watch_related has {} items; at most {MAX_WATCHES}",
-                related.len()
-            )));
-        }
-        for item in related {
-            let (kind, map_func) = if let Some(pair) = items(item).filter(|p| p.len() == 2) {
-                (pair[0], pair[1])
-            } else if let Some((k, f)) = dict_pair(item) {
-                (k, f)
-            } else {
-                return Err(err(
-                    "each watch_related item must be {\"kind\": ..., \"map_func\": fn} or (kind, fn)",
-                ));
-            };
-            watch_related.push(kind_name("watch_related kind", kind)?);
-            h.related
-                .push(function("watch_related map_func", map_func, &[1])?);
-        }
-    }
-    let opt_str = |k: &str| get(k).map(|v| string(k, v)).transpose();
+    let watch_owned = given.read(O::WatchOwned, owned_kinds)?.unwrap_or_default();
+    let watch_related;
+    (watch_related, h.related) = given
+        .read(O::WatchRelated, related_pairs)?
+        .unwrap_or_default()
+        .into_iter()
+        .unzip();
     let spec = ControlSpec {
         kind,
-        namespace: opt_str("namespace")?.filter(|n| !n.is_empty()),
-        labels: get("labels").map(|v| selector("labels", v)).transpose()?,
-        field_selector: get("field_selector")
-            .map(|v| selector("field_selector", v))
-            .transpose()?,
-        poll: get("poll").map(|v| duration("poll", v)).transpose()?,
-        resync: match get("resync") {
-            Some(v) => Some(duration("resync", v)?).filter(|d| !d.is_zero()),
+        namespace: given.read(O::Namespace, string)?.filter(|n| !n.is_empty()),
+        labels: given.read(O::Labels, selector)?,
+        field_selector: given.read(O::FieldSelector, selector)?,
+        poll: given.read(O::Poll, duration)?,
+        resync: match given.read(O::Resync, duration)? {
+            Some(d) => Some(d).filter(|d| !d.is_zero()),
             None => Some(Duration::from_mins(10)),
         },
         // 0 means no health server, as upstream's zero port does.
-        health_port: get("health_port")
-            .map(|v| integer::<u16>("health_port", v, 0, 65535))
-            .transpose()?
+        health_port: given
+            .read(O::HealthPort, |name, v| integer::<u16>(name, v, 0, 65535))?
             .filter(|p| *p != 0),
-        generation_changed: get("generation_changed")
-            .map(|v| boolean("generation_changed", v))
-            .transpose()?
-            .unwrap_or(true),
+        generation_changed: given.read(O::GenerationChanged, boolean)?.unwrap_or(true),
         watch_owned,
         watch_related,
-        workers: get("workers")
-            .map(|v| integer::<usize>("workers", v, 1, 64))
-            .transpose()?
+        workers: given
+            .read(O::Workers, |name, v| integer::<usize>(name, v, 1, 64))?
             .unwrap_or(1),
-        max_retries: get("max_retries")
-            .map(|v| integer::<u32>("max_retries", v, 0, 1_000_000))
-            .transpose()?
+        max_retries: given
+            .read(O::MaxRetries, |name, v| {
+                integer::<u32>(name, v, 0, 1_000_000)
+            })?
             .unwrap_or(5),
-        backoff: get("backoff")
-            .map(|v| duration("backoff", v))
-            .transpose()?
+        backoff: given
+            .read(O::Backoff, duration)?
             .unwrap_or(Duration::from_secs(5)),
-        leader_election: get("leader_election")
-            .map(|v| boolean("leader_election", v))
-            .transpose()?
-            .unwrap_or(false),
-        leader_election_id: opt_str("leader_election_id")?,
-        leader_election_namespace: opt_str("leader_election_namespace")?,
-        identity: opt_str("identity")?,
+        leader_election: given.read(O::LeaderElection, boolean)?.unwrap_or(false),
+        leader_election_id: given.read(O::LeaderElectionId, string)?,
+        leader_election_namespace: given.read(O::LeaderElectionNamespace, string)?,
+        identity: given.read(O::Identity, string)?,
         finalizer,
         reconcile_arity,
     };
@@ -376,11 +363,14 @@ mod tests {
     use starlark::eval::Evaluator;
     use starlark::syntax::{AstModule, Dialect};
 
-    /// Parses `control(kind, **kwargs)` where `kwargs` is Starlark dict source; returns
-    /// the health port or the error text.
-    fn health_port(kwargs: &str) -> Result<Option<u16>, String> {
+    use super::{ControlSpec, O};
+
+    /// Parses `control(*kind, **d)` where `d` is the dict the Starlark `code` leaves
+    /// (`reconcile` is bound to a function taking one argument); returns the spec or
+    /// the error text.
+    fn parse(kind: Option<&str>, code: &str) -> Result<ControlSpec, String> {
         Module::with_temp_heap(|module| {
-            let code = format!("def r(o):\n    pass\nd = dict(reconcile = r, {kwargs})\nd");
+            let code = format!("def r(o):\n    pass\n{code}");
             let ast = AstModule::parse("t.star", code, &Dialect::Standard).unwrap();
             let mut eval = Evaluator::new(&module);
             let d = eval.eval_module(ast, &Globals::standard()).unwrap();
@@ -389,11 +379,21 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.unpack_str().unwrap().to_owned(), v))
                 .collect();
-            let kind = module.heap().alloc("pods");
-            super::parse(&[kind], &kwargs)
-                .map(|(spec, _)| spec.health_port)
+            let positional: Vec<_> = kind.map(|k| module.heap().alloc(k)).into_iter().collect();
+            super::parse(&positional, &kwargs)
+                .map(|(spec, _)| spec)
                 .map_err(|e| e.to_string())
         })
+    }
+
+    /// Parses `control(kind, **kwargs)` where `kwargs` is Starlark dict source; returns
+    /// the health port or the error text.
+    fn health_port(kwargs: &str) -> Result<Option<u16>, String> {
+        parse(
+            Some("pods"),
+            &format!("d = dict(reconcile = r, {kwargs})\nd"),
+        )
+        .map(|s| s.health_port)
     }
 
     #[test]
@@ -405,5 +405,35 @@ mod tests {
         assert!(e.contains("health_port must be between 0 and 65535"), "{e}");
         let e = health_port("health_port = -1").unwrap_err();
         assert!(e.contains("health_port"), "{e}");
+    }
+
+    /// Every option is read and checked: a value none of them accepts (a float) given to
+    /// any one is an error that names it. An option the parser forgot would pass the
+    /// keyword check (it is one of [`O::ALL`]) and then be silently ignored.
+    #[test]
+    fn every_option_is_read_and_its_value_checked() {
+        assert!(parse(None, "d = dict(kind = \"pods\", reconcile = r)\nd").is_ok());
+        for option in O::ALL {
+            let name = option.name();
+            let code = format!("d = dict(kind = \"pods\", reconcile = r)\nd[{name:?}] = 1.5\nd");
+            let e = parse(None, &code).expect_err(name);
+            assert!(
+                e.starts_with(&format!("k8s.control: {name} must ")),
+                "{name} = 1.5: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_keyword_lists_every_option_in_order() {
+        let e = parse(Some("pods"), "d = dict(reconcile = r, port = 1)\nd").unwrap_err();
+        let names: Vec<&str> = O::ALL.iter().map(|o| o.name()).collect();
+        assert_eq!(
+            e,
+            format!(
+                "k8s.control: unknown keyword argument \"port\" (accepted: {})",
+                names.join(", ")
+            )
+        );
     }
 }

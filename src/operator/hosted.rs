@@ -9,7 +9,6 @@ use super::modules::TopLevel;
 use crate::control::controller::{Config, Controller};
 use crate::control::handlers::Handlers;
 use crate::control::request::ControlRequest;
-use crate::control::spec::ControlSpec;
 use crate::k8s::session::Session;
 use crate::k8s::session::SessionCell;
 use crate::library::hosted::library;
@@ -243,9 +242,9 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         .collect();
     let handlers = Handlers::of_script(top.module.clone(), positions).map_err(Error::Evaluate)?;
     let mut spec = request.spec;
-    let ignored = ignore_hosting_options(&mut spec);
+    let ignored = super::overrides::ignore_hosting_options(&mut spec);
     if let Some(o) = &plan.overrides {
-        apply_overrides(&mut spec, o, &plan.limits).map_err(Error::Override)?;
+        super::overrides::apply_overrides(&mut spec, o, &plan.limits).map_err(Error::Override)?;
     }
     if plan.confined {
         match &spec.namespace {
@@ -369,181 +368,9 @@ async fn evaluate(plan: &Plan, host: &Arc<Host>) -> Result<TopLevel> {
     })
 }
 
-/// Health and leader election belong to the operator in a hosted script.
-fn ignore_hosting_options(spec: &mut ControlSpec) -> Vec<String> {
-    let mut ignored = Vec::new();
-    if let Some(port) = spec.health_port.take() {
-        ignored.push(format!(
-            "health_port={port} (the operator serves /healthz and /readyz)"
-        ));
-    }
-    if spec.leader_election {
-        spec.leader_election = false;
-        ignored.push(
-            "leader_election=True (the operator elects one leader for all controllers)".into(),
-        );
-    }
-    ignored
-}
-
-/// Applies a StarlarkController's `spec.control` to what the script asked for.
-///
-/// # Errors
-/// A malformed duration, an out-of-range count, or a value beyond `limits`, naming the
-/// field.
-pub fn apply_overrides(
-    spec: &mut ControlSpec,
-    o: &ControlOverrides,
-    limits: &Limits,
-) -> Result<(), String> {
-    let duration = |field: &str, v: &str| {
-        let d = crate::duration::parse(v).map_err(|e| format!("spec.control.{field}: {e}"))?;
-        if !d.is_zero() {
-            limits
-                .check_period(field, d)
-                .map_err(|e| format!("spec.control.{field}: {e}"))?;
-        }
-        Ok::<_, String>(d)
-    };
-    if let Some(ns) = &o.namespace {
-        spec.namespace = Some(ns.clone());
-    }
-    if let Some(l) = &o.labels {
-        spec.labels = Some(l.clone());
-    }
-    if let Some(f) = &o.field_selector {
-        spec.field_selector = Some(f.clone());
-    }
-    if let Some(p) = &o.poll {
-        spec.poll = Some(duration("poll", p)?).filter(|d| !d.is_zero());
-    }
-    if let Some(r) = &o.resync {
-        spec.resync = Some(duration("resync", r)?).filter(|d| !d.is_zero());
-    }
-    if let Some(w) = o.workers {
-        if w == 0 || w as usize > limits.max_workers {
-            return Err(format!(
-                "spec.control.workers: {w} is not between 1 and {} limit of {}",
-                limits.source, limits.max_workers
-            ));
-        }
-        spec.workers = w as usize;
-    }
-    if let Some(g) = o.generation_changed {
-        spec.generation_changed = g;
-    }
-    if let Some(m) = o.max_retries {
-        spec.max_retries = m;
-    }
-    if let Some(b) = &o.backoff {
-        spec.backoff = duration("backoff", b)?;
-        if spec.backoff.is_zero() {
-            return Err("spec.control.backoff: must be greater than zero".into());
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec() -> ControlSpec {
-        ControlSpec {
-            kind: "deployments".into(),
-            namespace: None,
-            labels: None,
-            field_selector: None,
-            poll: None,
-            resync: None,
-            health_port: Some(8081),
-            generation_changed: false,
-            watch_owned: vec![],
-            watch_related: vec![],
-            workers: 1,
-            max_retries: 5,
-            backoff: Duration::from_secs(5),
-            leader_election: true,
-            leader_election_id: None,
-            leader_election_namespace: None,
-            identity: None,
-            finalizer: None,
-            reconcile_arity: Some(1),
-        }
-    }
-
-    #[test]
-    fn overrides_replace_the_scripts_options() {
-        let mut s = spec();
-        let o = ControlOverrides {
-            namespace: Some("team".into()),
-            labels: Some("a=b".into()),
-            poll: Some("1m30s".into()),
-            workers: Some(4),
-            max_retries: Some(0),
-            ..Default::default()
-        };
-        apply_overrides(&mut s, &o, &Limits::default()).unwrap();
-        assert_eq!(s.namespace.as_deref(), Some("team"));
-        assert_eq!(s.labels.as_deref(), Some("a=b"));
-        assert_eq!(s.poll, Some(Duration::from_secs(90)));
-        assert_eq!((s.workers, s.max_retries), (4, 0));
-        let bad = ControlOverrides {
-            backoff: Some("soon".into()),
-            ..Default::default()
-        };
-        assert!(
-            apply_overrides(&mut s, &bad, &Limits::default())
-                .unwrap_err()
-                .starts_with("spec.control.backoff: ")
-        );
-    }
-
-    #[test]
-    fn overrides_cannot_pass_the_operators_floors_and_caps() {
-        let hosted = Limits {
-            min_period: Duration::from_secs(1),
-            max_workers: 8,
-            source: "the operator's",
-            ..Limits::default()
-        };
-        for (o, says) in [
-            (
-                ControlOverrides {
-                    poll: Some("100ms".into()),
-                    ..Default::default()
-                },
-                "spec.control.poll: poll of 100ms is below the operator's floor of 1s",
-            ),
-            (
-                ControlOverrides {
-                    backoff: Some("0s".into()),
-                    ..Default::default()
-                },
-                "spec.control.backoff: must be greater than zero",
-            ),
-            (
-                ControlOverrides {
-                    workers: Some(9),
-                    ..Default::default()
-                },
-                "spec.control.workers: 9 is not between 1 and the operator's limit of 8",
-            ),
-        ] {
-            let mut s = spec();
-            assert_eq!(apply_overrides(&mut s, &o, &hosted).unwrap_err(), says);
-        }
-    }
-
-    #[test]
-    fn health_and_leader_election_are_ignored_and_said_so() {
-        let mut s = spec();
-        let ignored = ignore_hosting_options(&mut s);
-        assert_eq!(s.health_port, None);
-        assert!(!s.leader_election);
-        assert_eq!(ignored.len(), 2);
-        assert!(ignored[0].starts_with("health_port=8081"));
-    }
 
     #[test]
     fn waiting_events_that_do_not_fit_are_collapsed_and_caches_that_do_not_stop_it() {

@@ -36,6 +36,7 @@ pub mod logs;
 pub mod manager;
 pub mod metrics_access;
 pub mod modules;
+pub mod overrides;
 pub mod quota;
 pub mod reconciler;
 pub mod registration;

@@ -104,6 +104,9 @@ pub struct ScriptSource {
 }
 
 /// `k8s.control()` options a StarlarkController may override.
+// Each field is named as its option is; which options have one is decided in
+// `hosted::hosting`, and a test there keeps the two in step. (A plain comment: a doc
+// comment here would be the schema's description, and change the CRD.)
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ControlOverrides {

@@ -8,10 +8,12 @@ use starlark_syntax::syntax::ast::{
     ArgumentP, AssignTargetP, AstExpr, AstLiteral, AstNoPayload, DefP, ExprP, ParameterP, StmtP,
 };
 
+use self::control::Grant;
 use super::catalog::Catalog;
 use super::rule::{Rules, Scope, Site};
 use super::source::{self, Index, Source, dotted, literal_str};
 use super::{Result, parse_rule};
+use crate::control::option::ControlOption;
 use crate::k8s::discovery::Resource;
 use crate::script::vars::Vars;
 
@@ -130,15 +132,6 @@ const BUILDERS: &[(&str, &str, &str)] = &[
         "admissionregistration.k8s.io/v1alpha1",
         "MutatingAdmissionPolicyBinding",
     ),
-];
-
-/// The control() options whose values are handler functions.
-const HANDLERS: &[&str] = &[
-    "reconcile",
-    "finalize",
-    "on_create",
-    "on_update",
-    "on_delete",
 ];
 
 /// Infers the rules `path` needs. `catalog` holds the kinds it may name; `extra` are
@@ -269,6 +262,11 @@ impl<'a> Args<'a> {
 
     fn get(&self, name: &str) -> Option<&'a AstExpr> {
         self.named.iter().find(|(n, _)| *n == name).map(|(_, e)| *e)
+    }
+
+    /// The value a `k8s.control()` option is given by keyword.
+    fn option(&self, option: ControlOption) -> Option<&'a AstExpr> {
+        self.get(option.name())
     }
 
     /// The argument at `index` by position, or by `name`.
@@ -530,10 +528,8 @@ impl<'a> Analyzer<'a> {
         let Some((_, args)) = Args::of(call) else {
             return HashSet::new();
         };
-        HANDLERS
-            .iter()
-            .filter_map(|h| args.get(h))
-            .filter_map(|e| match &e.node {
+        control::given(&args, Grant::Handler)
+            .filter_map(|(_, e)| match &e.node {
                 ExprP::Identifier(id) => Some(id.node.ident.clone()),
                 _ => None,
             })

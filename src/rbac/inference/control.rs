@@ -5,6 +5,7 @@ use std::path::Path;
 use starlark_syntax::syntax::ast::{AstExpr, ExprP};
 
 use super::{Analyzer, Args, ControlFacts, Frame, Ns, Primary, source};
+use crate::control::option::ControlOption as O;
 use crate::rbac::rule::Scope;
 use crate::rbac::source::{dotted, literal_str};
 
@@ -15,26 +16,89 @@ const CHILD_VERBS: &[&str] = &["list", "watch", "create", "patch", "delete"];
 /// event is aggregated by reading it and patching its count.
 const EVENT_VERBS: &[&str] = &["create", "get", "patch"];
 
+/// What an option asks of the API server, beyond what its handler's own calls ask.
+/// Options that share a grant are looked up through [`given`]; a grant of one option
+/// alone is where that option is read by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grant {
+    /// list and watch of the kind, and the events recorded about its objects.
+    Watch,
+    /// A handler: the object it is given is the primary, so a namespace read from it is
+    /// the primary's.
+    Handler,
+    /// The objects reconcile builds, which the runtime applies, watches and prunes.
+    Children,
+    /// patch of the primary, to add and remove the finalizer.
+    Finalizer,
+    /// list and watch of each kind it names, where the primary is watched.
+    Watches,
+    /// Where the primary's grants are given: its namespace.
+    Scope,
+    /// The lease leader election takes, and its name and namespace.
+    Lease,
+}
+
+/// What each option asks for. A match over every option, with no default, so that a
+/// new option cannot leave the Role too narrow for want of a decision here.
+pub(super) const fn grants(option: O) -> &'static [Grant] {
+    match option {
+        O::Kind => &[Grant::Watch],
+        O::Reconcile => &[Grant::Handler, Grant::Children],
+        O::OnCreate | O::OnUpdate | O::OnDelete => &[Grant::Handler],
+        O::Finalize => &[Grant::Handler, Grant::Finalizer],
+        O::Finalizer => &[Grant::Finalizer],
+        O::Namespace => &[Grant::Scope],
+        O::WatchOwned | O::WatchRelated => &[Grant::Watches],
+        O::LeaderElection | O::LeaderElectionId | O::LeaderElectionNamespace => &[Grant::Lease],
+        // The health server shapes the Deployment's probes (ControlFacts), not the Role.
+        O::HealthPort
+        // Selectors narrow what is listed, not what may be.
+        | O::Labels
+        | O::FieldSelector
+        // How often and how many at once: the same verbs either way.
+        | O::Poll
+        | O::Resync
+        | O::GenerationChanged
+        | O::Workers
+        | O::MaxRetries
+        | O::Backoff
+        // Its calls are inferred as those of any function the top level reaches, its
+        // object not taken for the primary: a namespace read from it is granted
+        // everywhere, wider than needed but never narrower.
+        | O::Predicate
+        // The holder's name in the lease, which Lease already grants.
+        | O::Identity => &[],
+    }
+}
+
+/// The options `args` gives that ask for `grant`, with their values, in [`O::ALL`]'s order.
+pub(super) fn given<'a>(args: &Args<'a>, grant: Grant) -> impl Iterator<Item = (O, &'a AstExpr)> {
+    O::ALL
+        .iter()
+        .filter(move |o| grants(**o).contains(&grant))
+        .filter_map(|o| Some((*o, args.option(*o)?)))
+}
+
 impl<'a> Analyzer<'a> {
     /// The primary kind and the rules every controller with these options needs.
     pub(super) fn control(&mut self, script: &Path, module: usize, call: &'a AstExpr) {
         let Some((_, args)) = Args::of(call) else {
             return;
         };
-        let kind_expr = args.arg(0, "kind");
+        let kind_expr = args.arg(0, O::Kind.name());
         let kind_text = kind_expr.and_then(|e| self.const_str(e));
         let mut facts = ControlFacts {
             kind: kind_text.clone(),
             ..Default::default()
         };
-        if let Some(p) = args.get("health_port") {
+        if let Some(p) = args.option(O::HealthPort) {
             match self.const_int(p).and_then(|n| u16::try_from(n).ok()) {
                 // 0: no health server, so no probes.
                 Some(n) => facts.health_port = Some(n).filter(|p| *p != 0),
                 None => self.warn(module, p, "k8s.control(): health_port is not a literal port number; the Deployment gets no probes".into()),
             }
         }
-        if let Some(le) = args.get("leader_election") {
+        if let Some(le) = args.option(O::LeaderElection) {
             match self.const_bool(le) {
                 Some(b) => facts.leader_election = b,
                 None => self.warn(
@@ -45,7 +109,7 @@ impl<'a> Analyzer<'a> {
                 ),
             }
         }
-        let ns = match (&self.namespace_override, args.get("namespace")) {
+        let ns = match (&self.namespace_override, args.option(O::Namespace)) {
             (Some(o), _) => Ns::Literal(o.clone()),
             (None, None) if self.control_default.is_some() => {
                 Ns::Literal(self.control_default.clone().unwrap_or_default())
@@ -61,7 +125,7 @@ impl<'a> Analyzer<'a> {
                 _ => Scope::Cluster,
             };
             if matches!(ns, Ns::Dynamic) {
-                self.warn(module, args.get("namespace").unwrap_or(call), "k8s.control(): the namespace is not a literal, so the watch is granted in every namespace".into());
+                self.warn(module, args.option(O::Namespace).unwrap_or(call), "k8s.control(): the namespace is not a literal, so the watch is granted in every namespace".into());
             }
             let ar = resource.api_resource.clone();
             let site = |s: &Self, what: &str| {
@@ -75,7 +139,7 @@ impl<'a> Analyzer<'a> {
                 &[],
                 site(self, "watch"),
             );
-            if args.get("finalize").is_some() || args.get("finalizer").is_some() {
+            if given(&args, Grant::Finalizer).next().is_some() {
                 self.out.rules.add(
                     &ar.group,
                     &ar.plural,
@@ -108,8 +172,7 @@ impl<'a> Analyzer<'a> {
             .primary
             .as_ref()
             .map_or(Scope::Cluster, |p| p.scope.clone());
-        for key in ["watch_owned", "watch_related"] {
-            let Some(list) = args.get(key) else { continue };
+        for (key, list) in given(&args, Grant::Watches) {
             for kind in watched_kinds(list) {
                 if let Some((r, k)) =
                     self.kind(module, Some(kind), call, &format!("k8s.control({key})"))
@@ -146,7 +209,7 @@ impl<'a> Analyzer<'a> {
         kind: Option<&str>,
         ns: &Ns,
     ) {
-        let scope = match args.get("leader_election_namespace") {
+        let scope = match args.option(O::LeaderElectionNamespace) {
             Some(e) => {
                 if let Some(s) = self.const_str(e) {
                     Scope::Namespace(s)
@@ -161,7 +224,7 @@ impl<'a> Analyzer<'a> {
                 _ => Scope::Own,
             },
         };
-        let name = match args.get("leader_election_id") {
+        let name = match args.option(O::LeaderElectionId) {
             Some(e) => self.const_str(e),
             None => kind.map(|k| crate::control::standalone::default_lease_name(script, k)),
         };
@@ -188,7 +251,7 @@ impl<'a> Analyzer<'a> {
         let Some((_, args)) = Args::of(call) else {
             return;
         };
-        let Some(reconcile) = args.get("reconcile") else {
+        let Some(reconcile) = args.option(O::Reconcile) else {
             return;
         };
         let Some(primary) = self.primary.as_ref() else {
