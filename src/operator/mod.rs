@@ -1,7 +1,8 @@
 //! The meta-operator: `StarlarkController` resources run as in-process controllers.
 //!
-//! [`manager::run`] watches StarlarkControllers and ClusterStarlarkControllers (both a
-//! [`tenant`]; how its watches feed it is [`trigger`]); [`reconciler`] decides on each
+//! [`manager::run`] puts its [`assembly`] together, serves its [`probe`], and runs a
+//! controller of each of its [`kinds`]: StarlarkControllers and ClusterStarlarkControllers
+//! (both a [`tenant`]; how its watches feed it is [`trigger`]); [`reconciler`] decides on each
 //! one in steps, from its [`inputs`]: it validates each script, keeps a StarlarkController within
 //! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
@@ -21,6 +22,7 @@
 
 pub mod admission;
 pub mod approval;
+pub mod assembly;
 pub mod assessment;
 pub mod authority;
 pub mod caches;
@@ -34,9 +36,11 @@ pub mod grants;
 pub mod hosted;
 pub mod identity;
 pub mod inputs;
+pub mod kinds;
 pub mod logs;
 pub mod manager;
 pub mod metrics_access;
+pub mod probe;
 pub mod quota;
 pub mod reconciler;
 pub mod registration;
