@@ -163,56 +163,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     session.instance = Some("kite-operator".to_owned());
     let session = Arc::new(session);
     host.ext::<SessionCell>().pin(session.clone());
-    let (file_name, script, eval_host) =
-        (plan.file_name.clone(), plan.script.clone(), host.clone());
-    let turn = plan.turns.turn(&plan.namespace).await;
-    // A thread of its own with a deep stack: parsing and compiling recurse per level.
-    let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
-    let tag = crate::script::memory::new_tag();
-    let evaluation = crate::script::deep::spawn_deep({
-        let tid = tid.clone();
-        move || {
-            let _turn = turn;
-            crate::script::memory::tag_thread(tag);
-            if let Some(id) = crate::script::priority::thread_id() {
-                tid.store(id, std::sync::atomic::Ordering::Relaxed);
-            }
-            run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
-        }
-    })
-    .map_err(Error::Join)?;
-    // The budget ends the script; a thread parked for good (memory::Overrun::Park)
-    // never returns, and is told apart by its tag at once; one stuck in a builtin that
-    // never looks at the deadline may not return for long. The controller waits for
-    // neither, and the stuck one goes on at the lowest priority (holding its
-    // namespace's turn, as the parked one does).
-    let limit = plan.limits.memory;
-    let parked = async move {
-        while !crate::script::memory::is_parked(tag) {
-            tokio::time::sleep(PARKED_POLL).await;
-        }
-        crate::script::memory::forget_parked(tag);
-        Error::Evaluate(format!(
-            "error: the script's top level asked for more memory than its limit allows ({} MiB, --script-memory); its thread is held until the operator restarts\n",
-            limit >> 20
-        ))
-    };
-    let timed = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation);
-    let finished = tokio::select! {
-        finished = timed => finished,
-        error = parked => return Err(error),
-    };
-    let finished = finished
-        .map_err(|_| {
-            let id = tid.load(std::sync::atomic::Ordering::Relaxed);
-            crate::script::priority::lowest(Some(id).filter(|id| *id != 0));
-            Error::Evaluate(format!(
-                "error: the script's top level did not end within its {}s budget (it is stuck in a builtin)\n",
-                TOP_LEVEL_BUDGET.as_secs()
-            ))
-        })?
-        .map_err(|_| Error::Join("the script's thread ended without an answer".into()))?
-        .map_err(|e| Error::Evaluate(e.to_string()))?;
+    let finished = evaluate(&plan, host.clone()).await?;
     let Finished::HandedOff {
         handoff,
         module,
@@ -275,6 +226,60 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
         access,
         charges_caches: plan.confined,
     })
+}
+
+/// Runs the script's top level on a thread of its own, with `eval_host`, within its
+/// budget.
+async fn evaluate(plan: &Plan, eval_host: Arc<Host>) -> Result<Finished> {
+    let (file_name, script) = (plan.file_name.clone(), plan.script.clone());
+    let turn = plan.turns.turn(&plan.namespace).await;
+    // A thread of its own with a deep stack: parsing and compiling recurse per level.
+    let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let tag = crate::script::memory::new_tag();
+    let evaluation = crate::script::deep::spawn_deep({
+        let tid = tid.clone();
+        move || {
+            let _turn = turn;
+            crate::script::memory::tag_thread(tag);
+            if let Some(id) = crate::script::priority::thread_id() {
+                tid.store(id, std::sync::atomic::Ordering::Relaxed);
+            }
+            run_text(&file_name, &script, &eval_host, TOP_LEVEL_BUDGET)
+        }
+    })
+    .map_err(Error::Join)?;
+    // The budget ends the script; a thread parked for good (memory::Overrun::Park)
+    // never returns, and is told apart by its tag at once; one stuck in a builtin that
+    // never looks at the deadline may not return for long. The controller waits for
+    // neither, and the stuck one goes on at the lowest priority (holding its
+    // namespace's turn, as the parked one does).
+    let limit = plan.limits.memory;
+    let parked = async move {
+        while !crate::script::memory::is_parked(tag) {
+            tokio::time::sleep(PARKED_POLL).await;
+        }
+        crate::script::memory::forget_parked(tag);
+        Error::Evaluate(format!(
+            "error: the script's top level asked for more memory than its limit allows ({} MiB, --script-memory); its thread is held until the operator restarts\n",
+            limit >> 20
+        ))
+    };
+    let timed = tokio::time::timeout(TOP_LEVEL_BUDGET + Duration::from_secs(10), evaluation);
+    let finished = tokio::select! {
+        finished = timed => finished,
+        error = parked => return Err(error),
+    };
+    finished
+        .map_err(|_| {
+            let id = tid.load(std::sync::atomic::Ordering::Relaxed);
+            crate::script::priority::lowest(Some(id).filter(|id| *id != 0));
+            Error::Evaluate(format!(
+                "error: the script's top level did not end within its {}s budget (it is stuck in a builtin)\n",
+                TOP_LEVEL_BUDGET.as_secs()
+            ))
+        })?
+        .map_err(|_| Error::Join("the script's thread ended without an answer".into()))?
+        .map_err(|e| Error::Evaluate(e.to_string()))
 }
 
 /// Health and leader election belong to the operator in a hosted script.
