@@ -204,6 +204,10 @@ fn items(v: Value) -> Option<Vec<Value>> {
 /// # Errors
 /// An unknown keyword (the message lists the accepted ones), a wrong type, a missing
 /// kind or handler, or a handler with the wrong number of parameters.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one check per keyword of k8s.control(), a closed set (KEYWORDS)"
+)]
 pub fn parse<'v>(
     positional: &[Value<'v>],
     kwargs: &SmallMap<String, Value<'v>>,

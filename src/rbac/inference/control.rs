@@ -17,6 +17,10 @@ const EVENT_VERBS: &[&str] = &["create", "get", "patch"];
 
 impl<'a> Analyzer<'a> {
     /// The primary kind and the rules every controller with these options needs.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the facts and rules of each k8s.control() option in turn (kind, finalizer, namespace, health_port, leader_election, watch_owned, watch_related), a closed set"
+    )]
     pub(super) fn control(&mut self, script: &Path, module: usize, call: &'a AstExpr) {
         let Some((_, args)) = Args::of(call) else {
             return;
