@@ -94,28 +94,7 @@ pub fn render(
     validate_label("--name", &opts.name)?;
     validate_label("--namespace", &opts.namespace)?;
     let facts = inference.webhook.as_deref().ok_or(Error::FindWebhook)?;
-    let mut rules = web
-        .rules
-        .iter()
-        .map(|r| parse_rule(r))
-        .collect::<Result<Vec<_>>>()?;
-    if rules.is_empty()
-        && let Some((group, resource)) = &facts.watched
-    {
-        rules.push(Rule {
-            group: group.clone(),
-            version: "*".to_owned(),
-            resource: resource.clone(),
-            operations: vec!["CREATE".to_owned(), "UPDATE".to_owned()],
-        });
-    }
-    if rules.is_empty() {
-        return Err(Error::Validate {
-            what: "--rule",
-            value: String::new(),
-            reason: "give at least one, e.g. --rule \"group=apps resource=deployments operations=CREATE,UPDATE\" (the script's own controller kind is used when it has one)".into(),
-        });
-    }
+    let rules = rules(web, facts)?;
     let mut warnings = Vec::new();
     if !facts.tls_files {
         warnings.push(format!(
@@ -192,6 +171,33 @@ pub fn render(
         }
     }
     Ok(super::Rendered { objects, warnings })
+}
+
+/// The `--rule`s, or else the script's own controller kind, created and updated.
+fn rules(web: &WebhookOptions, facts: &WebhookFacts) -> Result<Vec<Rule>> {
+    let mut rules = web
+        .rules
+        .iter()
+        .map(|r| parse_rule(r))
+        .collect::<Result<Vec<_>>>()?;
+    if rules.is_empty()
+        && let Some((group, resource)) = &facts.watched
+    {
+        rules.push(Rule {
+            group: group.clone(),
+            version: "*".to_owned(),
+            resource: resource.clone(),
+            operations: vec!["CREATE".to_owned(), "UPDATE".to_owned()],
+        });
+    }
+    if rules.is_empty() {
+        return Err(Error::Validate {
+            what: "--rule",
+            value: String::new(),
+            reason: "give at least one, e.g. --rule \"group=apps resource=deployments operations=CREATE,UPDATE\" (the script's own controller kind is used when it has one)".into(),
+        });
+    }
+    Ok(rules)
 }
 
 fn base64(text: &str) -> String {

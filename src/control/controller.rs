@@ -163,22 +163,8 @@ pub(super) async fn launch(
         pool: _,
         informers,
     } = config;
-    let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
-    let target = Target::resolve(&session, &spec.kind, Some(&ns))
-        .await
-        .map_err(|source| Error::ResolveKind {
-            kind: spec.kind.clone(),
-            source,
-        })?;
     // Every kind resolves before anything starts, so a failure leaves nothing running.
-    let mut owned = Vec::new();
-    for kind in &spec.watch_owned {
-        owned.push(resolve(&session, kind).await?);
-    }
-    let mut related = Vec::new();
-    for kind in &spec.watch_related {
-        related.push(resolve(&session, kind).await?);
-    }
+    let (target, owned, related) = resolve_kinds(&session, &spec).await?;
     // The primary informer first: a refusal leaves nothing running.
     let access = informers.unwrap_or_else(Access::private);
     let primary = access
@@ -246,8 +232,59 @@ pub(super) async fn launch(
         session,
     });
     let mut tasks = Vec::new();
+    subscribe(&shared, primary);
+    if manual.is_none() {
+        tasks.extend(timers(&shared, &shutdown_rx));
+    }
+    if let Some(cfg) = leader {
+        tasks.extend(elect(&shared, cfg, leading_tx, own_lease, &shutdown_rx));
+    } else {
+        drop(leading_tx);
+    }
+    if let Err(e) = watch_secondary(&shared, owned, related).await {
+        // Stop what started, so nothing of this controller keeps running.
+        shared.queue.shut_down();
+        let _ = shutdown_tx.send(true);
+        shared.watches.close();
+        for t in &tasks {
+            t.abort();
+        }
+        return Err(e);
+    }
+    Ok((shared, shutdown_tx, tasks))
+}
+
+/// The primary kind's target, and the owned and related kinds' resources.
+async fn resolve_kinds(
+    session: &Session,
+    spec: &ControlSpec,
+) -> Result<(
+    Target,
+    Vec<crate::k8s::discovery::Resource>,
+    Vec<crate::k8s::discovery::Resource>,
+)> {
+    let ns = spec.namespace.clone().unwrap_or_else(|| "*".to_owned());
+    let target = Target::resolve(session, &spec.kind, Some(&ns))
+        .await
+        .map_err(|source| Error::ResolveKind {
+            kind: spec.kind.clone(),
+            source,
+        })?;
+    let mut owned = Vec::new();
+    for kind in &spec.watch_owned {
+        owned.push(resolve(session, kind).await?);
+    }
+    let mut related = Vec::new();
+    for kind in &spec.watch_related {
+        related.push(resolve(session, kind).await?);
+    }
+    Ok((target, owned, related))
+}
+
+/// Feeds the primary informer's changes to the controller.
+fn subscribe(shared: &Arc<Shared>, primary: informers::Opened) {
     // Weak: the informer may outlive this controller (others subscribe to it).
-    let (cb, restarts) = (Arc::downgrade(&shared), Arc::downgrade(&shared));
+    let (cb, restarts) = (Arc::downgrade(shared), Arc::downgrade(shared));
     shared.watches.hold_primary(primary.subscribe(
         move |c| {
             if let Some(s) = cb.upgrade() {
@@ -260,7 +297,15 @@ pub(super) async fn launch(
             }
         },
     ));
-    if let Some(period) = shared.spec.poll.filter(|_| manual.is_none()) {
+}
+
+/// The poll and resync timers the spec asks for.
+fn timers(
+    shared: &Arc<Shared>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(period) = shared.spec.poll {
         tasks.push(tokio::spawn(every(
             period,
             shared.clone(),
@@ -268,7 +313,7 @@ pub(super) async fn launch(
             |s| s.requeue_all("poll", false),
         )));
     }
-    if let Some(period) = shared.spec.resync.filter(|_| manual.is_none()) {
+    if let Some(period) = shared.spec.resync {
         tasks.push(tokio::spawn(every(
             period,
             shared.clone(),
@@ -276,44 +321,60 @@ pub(super) async fn launch(
             |s| s.requeue_all("resync", true),
         )));
     }
-    if let Some(cfg) = leader {
-        let client = shared.session.client.clone();
-        let mut rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(leader::run(
-            client,
-            cfg,
-            leading_tx,
-            own_lease,
-            async move {
-                let _ = rx.wait_for(|s| *s).await;
-            },
-        )));
-        // A new leader reconciles everything, as a freshly started controller would.
-        let s = shared.clone();
-        let mut leading = shared.leading.clone();
-        let mut rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = rx.wait_for(|s| *s) => return,
-                        changed = leading.changed() => if changed.is_err() { return },
-                    }
-                    let now_leading = *leading.borrow();
-                    if now_leading {
-                        tracing::info!(controller = %s.name, "became the leader");
-                        s.new_term();
-                        s.requeue_all("leader", false);
-                    } else {
-                        // What runs stops now: the standby may take over once the
-                        // lease expires.
-                        s.end_term();
-                        tracing::warn!(controller = %s.name, "lost leadership; in-flight handlers cancelled, reconciling stops");
-                    }
-                }
-            }));
-    } else {
-        drop(leading_tx);
-    }
+    tasks
+}
+
+/// Contends for the lease, and follows who holds it: the elector and the follower.
+fn elect(
+    shared: &Arc<Shared>,
+    cfg: LeaderConfig,
+    leading_tx: watch::Sender<bool>,
+    own_lease: Arc<Validity>,
+    shutdown_rx: &watch::Receiver<bool>,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let client = shared.session.client.clone();
+    let mut rx = shutdown_rx.clone();
+    let elector = tokio::spawn(leader::run(
+        client,
+        cfg,
+        leading_tx,
+        own_lease,
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        },
+    ));
+    // A new leader reconciles everything, as a freshly started controller would.
+    let s = shared.clone();
+    let mut leading = shared.leading.clone();
+    let mut rx = shutdown_rx.clone();
+    let follower = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = rx.wait_for(|s| *s) => return,
+                changed = leading.changed() => if changed.is_err() { return },
+            }
+            let now_leading = *leading.borrow();
+            if now_leading {
+                tracing::info!(controller = %s.name, "became the leader");
+                s.new_term();
+                s.requeue_all("leader", false);
+            } else {
+                // What runs stops now: the standby may take over once the
+                // lease expires.
+                s.end_term();
+                tracing::warn!(controller = %s.name, "lost leadership; in-flight handlers cancelled, reconciling stops");
+            }
+        }
+    });
+    [elector, follower]
+}
+
+/// Subscribes to the owned and related kinds' informers.
+async fn watch_secondary(
+    shared: &Shared,
+    owned: Vec<crate::k8s::discovery::Resource>,
+    related: Vec<crate::k8s::discovery::Resource>,
+) -> Result<()> {
     let secondary = owned.into_iter().map(|r| (r, Role::Owned)).chain(
         related
             .into_iter()
@@ -321,7 +382,7 @@ pub(super) async fn launch(
             .map(|(i, r)| (r, Role::Related(i))),
     );
     for (resource, role) in secondary {
-        let watched = shared
+        shared
             .watches
             .ensure(
                 &shared.session,
@@ -329,22 +390,13 @@ pub(super) async fn launch(
                 role,
                 shared.spec.namespace.as_deref(),
             )
-            .await;
-        if let Err(source) = watched {
-            // Stop what started, so nothing of this controller keeps running.
-            shared.queue.shut_down();
-            let _ = shutdown_tx.send(true);
-            shared.watches.close();
-            for t in &tasks {
-                t.abort();
-            }
-            return Err(Error::Watch {
+            .await
+            .map_err(|source| Error::Watch {
                 kind: resource.api_resource.kind.clone(),
                 source,
-            });
-        }
+            })?;
     }
-    Ok((shared, shutdown_tx, tasks))
+    Ok(())
 }
 
 impl Controller {

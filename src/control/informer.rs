@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -297,88 +298,112 @@ pub async fn run(
             }
         };
         store.touch();
-        let opened = std::time::Instant::now();
-        let mut events = 0u64;
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.wait_for(|stop| *stop) => return,
-                next = tokio::time::timeout(IDLE_DEADLINE, stream.next()) => next,
-            };
-            let event = match next {
-                Err(_) => {
-                    // Past the server's own timeout without a byte: the connection is
-                    // dead. Resume from where we were.
+        let followed = follow(
+            &mut stream,
+            &source,
+            &store,
+            (&on_change, &on_restart),
+            &mut shutdown,
+            &mut backoff,
+            &mut version,
+        )
+        .await;
+        if followed.is_break() {
+            return;
+        }
+    }
+}
+
+/// Follows one watch into the cache until it ends, goes silent or fails (the loop then
+/// resumes it, or lists again when `version` is None); breaks on shutdown.
+async fn follow(
+    stream: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<Json>>> + Unpin),
+    source: &Source,
+    store: &Store,
+    (on_change, on_restart): (&(impl Fn(Change) + Send + Sync), &(impl Fn() + Send + Sync)),
+    shutdown: &mut watch::Receiver<bool>,
+    backoff: &mut Backoff,
+    version: &mut Option<String>,
+) -> ControlFlow<()> {
+    let opened = std::time::Instant::now();
+    let mut events = 0u64;
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return ControlFlow::Break(()),
+            next = tokio::time::timeout(IDLE_DEADLINE, stream.next()) => next,
+        };
+        let event = match next {
+            Err(_) => {
+                // Past the server's own timeout without a byte: the connection is
+                // dead. Resume from where we were.
+                on_restart();
+                tracing::warn!(kind = %source.resource.kind, "watch silent for {IDLE_DEADLINE:?}; resuming it");
+                break;
+            }
+            // The server ended the watch (its timeout): resume. One that ends at
+            // once, again and again, is retried with backoff, not in a tight loop.
+            Ok(None) => {
+                if events == 0
+                    && opened.elapsed() < Duration::from_secs(1)
+                    && pause(shutdown, backoff.next()).await
+                {
+                    return ControlFlow::Break(());
+                }
+                break;
+            }
+            Ok(Some(Err(e))) => {
+                if is_gone(&e) {
+                    *version = None;
+                } else {
                     on_restart();
-                    tracing::warn!(kind = %source.resource.kind, "watch silent for {IDLE_DEADLINE:?}; resuming it");
-                    break;
-                }
-                // The server ended the watch (its timeout): resume. One that ends at
-                // once, again and again, is retried with backoff, not in a tight loop.
-                Ok(None) => {
-                    if events == 0
-                        && opened.elapsed() < Duration::from_secs(1)
-                        && pause(&mut shutdown, backoff.next()).await
-                    {
-                        return;
-                    }
-                    break;
-                }
-                Ok(Some(Err(e))) => {
-                    if is_gone(&e) {
-                        version = None;
-                    } else {
-                        on_restart();
-                        tracing::warn!(kind = %source.resource.kind, error = %e, "watch error; resuming with backoff");
-                        if pause(&mut shutdown, backoff.next()).await {
-                            return;
-                        }
-                    }
-                    break;
-                }
-                Ok(Some(Ok(event))) => event,
-            };
-            store.touch();
-            backoff.reset();
-            events += 1;
-            match event {
-                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
-                    if let Some(v) = rv(&obj) {
-                        version = Some(v.to_owned());
-                    }
-                    if let Some(change) =
-                        to_json(obj, &source.resource).and_then(|j| store.upsert(j))
-                    {
-                        on_change(change);
+                    tracing::warn!(kind = %source.resource.kind, error = %e, "watch error; resuming with backoff");
+                    if pause(shutdown, backoff.next()).await {
+                        return ControlFlow::Break(());
                     }
                 }
-                WatchEvent::Deleted(obj) => {
-                    if let Some(v) = rv(&obj) {
-                        version = Some(v.to_owned());
-                    }
-                    let Some(json) = to_json(obj, &source.resource) else {
-                        continue;
-                    };
-                    if let Some(change) = Key::of(&json).and_then(|k| store.remove(&k, Some(json)))
-                    {
-                        on_change(change);
+                break;
+            }
+            Ok(Some(Ok(event))) => event,
+        };
+        store.touch();
+        backoff.reset();
+        events += 1;
+        match event {
+            WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                if let Some(v) = rv(&obj) {
+                    *version = Some(v.to_owned());
+                }
+                if let Some(change) = to_json(obj, &source.resource).and_then(|j| store.upsert(j)) {
+                    on_change(change);
+                }
+            }
+            WatchEvent::Deleted(obj) => {
+                if let Some(v) = rv(&obj) {
+                    *version = Some(v.to_owned());
+                }
+                let Some(json) = to_json(obj, &source.resource) else {
+                    continue;
+                };
+                if let Some(change) = Key::of(&json).and_then(|k| store.remove(&k, Some(json))) {
+                    on_change(change);
+                }
+            }
+            WatchEvent::Bookmark(b) => *version = Some(b.metadata.resource_version),
+            WatchEvent::Error(status) => {
+                if status.code == 410 {
+                    *version = None;
+                } else {
+                    on_restart();
+                    tracing::warn!(kind = %source.resource.kind, error = %status.message, "watch error; resuming with backoff");
+                    if pause(shutdown, backoff.next()).await {
+                        return ControlFlow::Break(());
                     }
                 }
-                WatchEvent::Bookmark(b) => version = Some(b.metadata.resource_version),
-                WatchEvent::Error(status) => {
-                    if status.code == 410 {
-                        version = None;
-                    } else {
-                        on_restart();
-                        tracing::warn!(kind = %source.resource.kind, error = %status.message, "watch error; resuming with backoff");
-                        if pause(&mut shutdown, backoff.next()).await {
-                            return;
-                        }
-                    }
-                    break;
-                }
+                break;
             }
         }
     }
+    ControlFlow::Continue(())
 }
 
 /// Lists every object in pages into the cache; what the list lacks was deleted while we

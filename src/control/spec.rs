@@ -242,6 +242,10 @@ fn related_pairs<'v>(name: &str, v: Value<'v>) -> anyhow::Result<Vec<(String, Va
 /// # Errors
 /// An unknown keyword (the message lists the accepted ones), a wrong type, a missing
 /// kind or handler, or a handler with the wrong number of parameters.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one check per keyword of k8s.control(), a closed set (KEYWORDS)"
+)]
 pub fn parse<'v>(
     positional: &[Value<'v>],
     kwargs: &SmallMap<String, Value<'v>>,

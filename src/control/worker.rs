@@ -252,52 +252,14 @@ pub(super) fn process(
     let elapsed = start.elapsed();
     let wrote = wrote(crate::k8s::write_log::noted());
     match result {
-        Ok(outcome) => {
-            shared.queue.forget(item);
-            let requeue = match outcome {
-                Some(Outcome::RequeueAfter(d)) => {
-                    let d = at_least_floor(shared, key, d);
-                    shared.queue.add_after(item.clone(), d);
-                    Some(d)
-                }
-                _ => None,
-            };
-            let recorded = if requeue.is_some() {
-                Recorded::Requeue
-            } else {
-                Recorded::Success
-            };
-            shared.metrics.record_recent(super::metrics::Recent {
-                at: std::time::SystemTime::now(),
-                key: key.to_string(),
-                trigger: trigger.to_owned(),
-                duration: elapsed,
-                outcome: recorded,
-                error: None,
-            });
-            shared.metrics.record_reconcile(recorded, elapsed);
-            journal(shared, || {
-                let then = requeue.map_or_else(String::new, |d| {
-                    format!(", again in {}", crate::duration::format(d))
-                });
-                format!(
-                    "reconciled {key} ({trigger}) in {}ms{wrote}{then}",
-                    crate::duration::millis(elapsed)
-                )
-            });
-            tracing::info!(
-                controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
-                outcome = if requeue.is_some() { "requeue" } else { "success" },
-                requeue_after = requeue.map(crate::duration::format).unwrap_or_default(),
-                "reconciled"
-            );
-            Some(Processed {
-                trigger,
-                requeue_after: requeue,
-                error: None,
-                elapsed,
-            })
-        }
+        Ok(outcome) => Some(succeeded(
+            shared,
+            item,
+            key,
+            outcome,
+            (trigger, &wrote),
+            elapsed,
+        )),
         Err(e) => {
             if let Some(obj) = shared.store.get(key)
                 && owns_ready(shared, key, &obj)
@@ -386,6 +348,61 @@ fn at_least_floor(shared: &Shared, key: &Key, asked: Duration) -> Duration {
     tracing::warn!(controller = %shared.name, "{message}");
     shared.metrics.record_error(message);
     limits.min_period
+}
+
+/// Records a reconcile that succeeded, and requeues its key when it asked to be.
+fn succeeded(
+    shared: &Shared,
+    item: &WorkKey,
+    key: &Key,
+    outcome: Option<Outcome>,
+    (trigger, wrote): (&'static str, &str),
+    elapsed: Duration,
+) -> Processed {
+    shared.queue.forget(item);
+    let requeue = match outcome {
+        Some(Outcome::RequeueAfter(d)) => {
+            let d = at_least_floor(shared, key, d);
+            shared.queue.add_after(item.clone(), d);
+            Some(d)
+        }
+        _ => None,
+    };
+    let recorded = if requeue.is_some() {
+        Recorded::Requeue
+    } else {
+        Recorded::Success
+    };
+    shared.metrics.record_recent(super::metrics::Recent {
+        at: std::time::SystemTime::now(),
+        key: key.to_string(),
+        trigger: trigger.to_owned(),
+        duration: elapsed,
+        outcome: recorded,
+        error: None,
+    });
+    shared.metrics.record_reconcile(recorded, elapsed);
+    journal(shared, || {
+        let then = requeue.map_or_else(String::new, |d| {
+            format!(", again in {}", crate::duration::format(d))
+        });
+        format!(
+            "reconciled {key} ({trigger}) in {}ms{wrote}{then}",
+            crate::duration::millis(elapsed)
+        )
+    });
+    tracing::info!(
+        controller = %shared.name, key = %key, trigger, duration_ms = crate::duration::millis(elapsed),
+        outcome = if requeue.is_some() { "requeue" } else { "success" },
+        requeue_after = requeue.map(crate::duration::format).unwrap_or_default(),
+        "reconciled"
+    );
+    Processed {
+        trigger,
+        requeue_after: requeue,
+        error: None,
+        elapsed,
+    }
 }
 
 /// ", wrote Kind ns/name, ..." for a journal line (empty when nothing was written).

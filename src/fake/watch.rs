@@ -119,11 +119,16 @@ pub fn start(shared: &Arc<Shared>, watch: Watch) -> WatchBody {
             let _ = tx.send((Some(line("BOOKMARK", &mark)), last)).await;
         }
     });
+    body(rx, seen)
+}
+
+/// The response body: the lines the watch's task sends, counted as seen as the reader
+/// takes them.
+fn body(mut rx: futures::channel::mpsc::Receiver<Item>, seen: Arc<AtomicU64>) -> WatchBody {
     // A line counts as seen only when the reader asks for the next one: kube decodes
     // one line per frame and hands it to its consumer before polling the body again, so
     // by then the consumer (an informer) has acted on it.
     let mut handed = 0u64;
-    let mut rx = rx;
     let stream = futures::stream::poll_fn(move |cx| {
         seen.fetch_max(handed, Ordering::SeqCst);
         loop {

@@ -156,30 +156,42 @@ pub fn render(obj: &Json, events: Option<&[Json]>, now: Timestamp) -> String {
         "Created",
         meta["creationTimestamp"].as_str().unwrap_or("<unknown>"),
     );
+    specifics(&mut out, kind, spec, status);
+    if let Some(conds) = status["conditions"].as_array().filter(|c| !c.is_empty()) {
+        out.push_str("Conditions:\n  Type                Status  Reason\n");
+        for c in conds {
+            let _ = writeln!(
+                out,
+                "  {:<20}{:<8}{}",
+                c["type"].as_str().unwrap_or(""),
+                c["status"].as_str().unwrap_or(""),
+                c["reason"].as_str().unwrap_or("")
+            );
+        }
+    }
+    events_of(&mut out, events, now);
+    out
+}
+
+/// The lines only objects of `kind` have (a Pod's node and containers, a workload's
+/// replicas, a Node's taints, a Service's type and IP).
+fn specifics(out: &mut String, kind: &str, spec: &Json, status: &Json) {
     match kind {
         "Pod" => {
-            line(
-                &mut out,
-                "Node",
-                spec["nodeName"].as_str().unwrap_or("<none>"),
-            );
-            line(
-                &mut out,
-                "Status",
-                status["phase"].as_str().unwrap_or("Unknown"),
-            );
-            line(&mut out, "IP", status["podIP"].as_str().unwrap_or("<none>"));
-            containers(&mut out, spec, status);
+            line(out, "Node", spec["nodeName"].as_str().unwrap_or("<none>"));
+            line(out, "Status", status["phase"].as_str().unwrap_or("Unknown"));
+            line(out, "IP", status["podIP"].as_str().unwrap_or("<none>"));
+            containers(out, spec, status);
         }
         "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet" => {
             let n = |f: &str| status[f].as_i64().unwrap_or(0);
             line(
-                &mut out,
+                out,
                 "Selector",
                 pairs(&spec["selector"]["matchLabels"]).replace("\n              ", ","),
             );
             line(
-                &mut out,
+                out,
                 "Replicas",
                 format!(
                     "{} desired | {} updated | {} total | {} available | {} unavailable",
@@ -192,11 +204,11 @@ pub fn render(obj: &Json, events: Option<&[Json]>, now: Timestamp) -> String {
                     n("unavailableReplicas")
                 ),
             );
-            containers(&mut out, &spec["template"]["spec"], &Json::Null);
+            containers(out, &spec["template"]["spec"], &Json::Null);
         }
         "Node" => {
             line(
-                &mut out,
+                out,
                 "Unschedulable",
                 spec["unschedulable"].as_bool().unwrap_or(false),
             );
@@ -217,7 +229,7 @@ pub fn render(obj: &Json, events: Option<&[Json]>, now: Timestamp) -> String {
                 })
                 .collect();
             line(
-                &mut out,
+                out,
                 "Taints",
                 if taints.is_empty() {
                     "<none>".into()
@@ -227,36 +239,20 @@ pub fn render(obj: &Json, events: Option<&[Json]>, now: Timestamp) -> String {
             );
         }
         "Service" => {
+            line(out, "Type", spec["type"].as_str().unwrap_or("ClusterIP"));
             line(
-                &mut out,
-                "Type",
-                spec["type"].as_str().unwrap_or("ClusterIP"),
-            );
-            line(
-                &mut out,
+                out,
                 "Selector",
                 pairs(&spec["selector"]).replace("\n              ", ","),
             );
-            line(
-                &mut out,
-                "IP",
-                spec["clusterIP"].as_str().unwrap_or("<none>"),
-            );
+            line(out, "IP", spec["clusterIP"].as_str().unwrap_or("<none>"));
         }
         _ => {}
     }
-    if let Some(conds) = status["conditions"].as_array().filter(|c| !c.is_empty()) {
-        out.push_str("Conditions:\n  Type                Status  Reason\n");
-        for c in conds {
-            let _ = writeln!(
-                out,
-                "  {:<20}{:<8}{}",
-                c["type"].as_str().unwrap_or(""),
-                c["status"].as_str().unwrap_or(""),
-                c["reason"].as_str().unwrap_or("")
-            );
-        }
-    }
+}
+
+/// The events section: `events`, or that they could not be read.
+fn events_of(out: &mut String, events: Option<&[Json]>, now: Timestamp) {
     match events {
         None => out.push_str("Events:       <unavailable>\n"),
         Some([]) => out.push_str("Events:       <none>\n"),
@@ -284,7 +280,6 @@ pub fn render(obj: &Json, events: Option<&[Json]>, now: Timestamp) -> String {
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

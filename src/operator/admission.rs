@@ -28,6 +28,29 @@ pub async fn admission(ctx: &Context, req: &AdmissionRequest<DynamicObject>) -> 
     }
 }
 
+/// The resource the request would store, or why it is refused.
+fn resource<K: Tenant>(req: &AdmissionRequest<DynamicObject>) -> Result<K, String> {
+    let Some(object) = &req.object else {
+        return Err("the request carries no object".into());
+    };
+    let mut cr: K = match serde_json::to_value(object).and_then(serde_json::from_value) {
+        Ok(cr) => cr,
+        Err(e) => return Err(format!("not a valid {}: {e}", K::KIND)),
+    };
+    // The API server fills the namespace in from the request path before admission; the
+    // request's own field is the source that never depends on that.
+    if K::CONFINED && cr.namespace().is_none() {
+        cr.meta_mut().namespace.clone_from(&req.namespace);
+    }
+    if cr.name_any().is_empty() {
+        return Err(format!(
+            "metadata.name is required: a {} is approved by name, so generateName cannot be used",
+            K::KIND
+        ));
+    }
+    Ok(cr)
+}
+
 async fn review<K: Tenant>(
     ctx: &Context,
     req: &AdmissionRequest<DynamicObject>,
@@ -36,24 +59,10 @@ async fn review<K: Tenant>(
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return allow;
     }
-    let Some(object) = &req.object else {
-        return allow.deny("the request carries no object");
-    };
-    let mut cr: K = match serde_json::to_value(object).and_then(serde_json::from_value) {
+    let cr: K = match resource(req) {
         Ok(cr) => cr,
-        Err(e) => return allow.deny(format!("not a valid {}: {e}", K::KIND)),
+        Err(message) => return allow.deny(message),
     };
-    // The API server fills the namespace in from the request path before admission; the
-    // request's own field is the source that never depends on that.
-    if K::CONFINED && cr.namespace().is_none() {
-        cr.meta_mut().namespace.clone_from(&req.namespace);
-    }
-    if cr.name_any().is_empty() {
-        return allow.deny(format!(
-            "metadata.name is required: a {} is approved by name, so generateName cannot be used",
-            K::KIND
-        ));
-    }
     let old = req
         .old_object
         .as_ref()

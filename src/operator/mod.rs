@@ -1,10 +1,12 @@
 //! The meta-operator: `StarlarkController` resources run as in-process controllers.
 //!
-//! [`manager::run`] watches StarlarkControllers and ClusterStarlarkControllers (both a
-//! [`tenant`]; how its watches feed it is [`trigger`]); [`reconciler`] validates each script, keeps a StarlarkController within
+//! [`manager::run`] puts its [`assembly`] together, serves its [`probe`], and runs a
+//! controller of each of its [`kinds`]: StarlarkControllers and ClusterStarlarkControllers
+//! (both a [`tenant`]; how its watches feed it is [`trigger`]); [`reconciler`] decides on each
+//! one in steps, from its [`inputs`]: it validates each script, keeps a StarlarkController within
 //! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
-//! impersonates that account ([`identity`]); a [`decision`] records the outcome.
+//! impersonates that account ([`identity`], [`startup`]); a [`decision`] records the outcome.
 //! [`registry`] holds the running controllers, [`status`] what is reported, [`quota`]
 //! what each namespace's controllers keep in memory. Hosted
 //! controllers share informers run as the operator, entered through the [`gate`] (their
@@ -20,6 +22,7 @@
 
 pub mod admission;
 pub mod approval;
+pub mod assembly;
 pub mod assessment;
 pub mod authority;
 pub mod caches;
@@ -32,17 +35,21 @@ pub mod gate;
 pub mod grants;
 pub mod hosted;
 pub mod identity;
+pub mod inputs;
+pub mod kinds;
 pub mod logs;
 pub mod manager;
 pub mod metrics_access;
 pub mod modules;
 pub mod overrides;
+pub mod probe;
 pub mod quota;
 pub mod reconciler;
 pub mod registration;
 pub mod registry;
 pub mod resource;
 pub mod shard;
+pub mod startup;
 pub mod status;
 pub mod tenant;
 pub mod trigger;

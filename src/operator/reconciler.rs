@@ -1,28 +1,26 @@
 //! Reconciles one StarlarkController: validate its script, generate its identity within
 //! the ceiling, start or reload its controller, or stop it.
 
-use std::hash::{Hash, Hasher};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
 
-use super::approval;
-use super::assessment::{self, Assessment, Runnable, assessment, read_script};
+use super::approval::{self, Author};
+use super::assessment::{self, Assessment, Runnable, assessment};
 use super::authority::{self, first_denied};
 use super::ceiling::{self, Ceiling};
 use super::decision::{Decision, publish, stop};
 use super::grants::{self, Grant};
-use super::hosted::{self, Plan};
-use super::identity;
+use super::inputs::Inputs;
 use super::registry::{Authority, Registry};
 use super::resource::Phase;
 use super::shard::Claim;
+use super::startup::start;
 use super::status::Verdict;
 use super::tenant::Tenant;
 use crate::k8s::discovery::Discovery;
@@ -32,7 +30,7 @@ use crate::k8s::discovery::Discovery;
 /// a namespaced one).
 pub const FINALIZER: &str = "starkite.io/operator";
 /// How soon a controller that could not start (an unknown kind, the ceiling) is retried.
-const RETRY: Duration = Duration::from_secs(20);
+pub(super) const RETRY: Duration = Duration::from_secs(20);
 
 /// What every reconcile shares.
 pub struct Context {
@@ -143,7 +141,59 @@ pub fn service_account_name(name: &str, uid: &str, cluster: bool) -> String {
     format!("{prefix}{}-{tag}", short.trim_end_matches(['-', '.']))
 }
 
+/// Ends [`apply`] with a step's action when the step breaks; otherwise gives what the
+/// step continues with. Errors end it too, as with `?`.
+macro_rules! step {
+    ($step:expr) => {
+        match $step? {
+            ControlFlow::Continue(next) => next,
+            ControlFlow::Break(action) => return Ok(action),
+        }
+    };
+}
+
+/// What a step of [`apply`] gives: the action that ends the reconcile (`Break`), or
+/// what the next step goes on with (`Continue`).
+type Step<T = ()> = Result<ControlFlow<Action, T>>;
+
+/// Ends the reconcile with `action`.
+fn done<T>(action: Action) -> Step<T> {
+    Ok(ControlFlow::Break(action))
+}
+
+/// Goes on to the next step with `next`.
+fn proceed<T>(next: T) -> Step<T> {
+    Ok(ControlFlow::Continue(next))
+}
+
+/// The operator's decision about a controller resource that is not being deleted, in
+/// steps: claim its shard; restore its generated RBAC and, when nothing changed,
+/// recheck what it runs on; then decide anew: approve, assess, bound by the ceiling,
+/// authorize, grant its identity, start its controller and report.
 async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
+    step!(claim(cr, ctx).await);
+    let (inputs, script) = Inputs::read(cr, ctx).await?;
+    // An object of the identity's name that now belongs to another resource: decide
+    // again, which reports the conflict and stops the controller.
+    let conflict = restore(cr, ctx, &inputs).await?;
+    let subject = inputs.subject(&script);
+    if inputs.unchanged() && !conflict {
+        step!(recheck(cr, ctx, &inputs, subject).await);
+    }
+    let d = inputs.decision(cr, ctx);
+    // Only what the operator's webhook approved runs, and only as far as its author
+    // could go themselves. Checked before the script is looked at, so that nothing of
+    // an unapproved script (a ConfigMap its author may not read) reaches the status.
+    let (d, author) = step!(approve(cr, ctx, &inputs, subject, d).await);
+    let (d, runnable) = step!(assess(cr, ctx, script, d).await);
+    let d = step!(bound(ctx, &inputs.ceiling, &runnable, d).await);
+    let d = step!(authorize(cr, ctx, author, &runnable, d).await);
+    let (d, sa) = step!(grant(cr, ctx, &inputs, &runnable, d).await);
+    start(cr, ctx, &inputs, *runnable, &sa, d).await
+}
+
+/// With `--shards auto`: goes on only with a resource that is this replica's.
+async fn claim<K: Tenant>(cr: &K, ctx: &Context) -> Step {
     if let Some(shards) = &ctx.shards {
         match shards.claim(cr).await? {
             Claim::Mine => {}
@@ -155,39 +205,18 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
                     tracing::info!(kind = K::KIND, controller = %cr.display(), "handed over to another replica");
                 }
                 shards.release(cr).await?;
-                return Ok(Action::requeue(after));
+                return done(Action::requeue(after));
             }
         }
     }
-    let spec = cr.common_spec();
-    let home = cr.home(&ctx.operator_namespace);
-    let name = cr.name_any();
-    let key = cr.key();
-    let uid = cr.uid().unwrap_or_default();
-    let generation = cr.meta().generation.unwrap_or(0);
-    let script = read_script(&ctx.client, &spec, &home)
-        .await
-        .map_err(Error::ReadScript)?;
-    // The ceiling is part of what was decided: when the administrator changes it, every
-    // controller is checked against it again (at the latest on the next ctx.recheck).
-    let ceiling = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
-        Ok(c) => Ok(c),
-        Err(e @ ceiling::Error::FindCeiling(_)) => Err(e.to_string()),
-        Err(e) => return Err(Error::ReadCeiling(e)),
-    };
-    let approval = cr.annotations().get(approval::ANNOTATION).cloned();
-    let fingerprint = {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        let bound = ceiling.as_ref().map(Ceiling::fingerprint);
-        (generation, &uid, &script, bound, &approval).hash(&mut h);
-        h.finish()
-    };
-    let previous = ctx.registry.fingerprint(&key);
-    // An object of the identity's name that now belongs to another resource: decide
-    // again, which reports the conflict and stops the controller.
-    let mut conflict = false;
-    if previous == Some(fingerprint)
-        && let Some(grant) = ctx.registry.take_changed_grants(&key)
+    proceed(())
+}
+
+/// When nothing changed but someone deleted or edited what was granted, grants it
+/// again; true if an object of the identity's name now belongs to another resource.
+async fn restore<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Result<bool> {
+    if inputs.unchanged()
+        && let Some(grant) = ctx.registry.take_changed_grants(&inputs.key)
     {
         // Nothing new to decide; but someone may have deleted or edited what was
         // granted.
@@ -195,86 +224,89 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             Ok(()) => {
                 tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
             }
-            Err(grants::Error::Conflict { .. }) => conflict = true,
+            Err(grants::Error::Conflict { .. }) => return Ok(true),
             Err(e) => {
                 ctx.registry.grants_changed(&grant.uid);
                 return Err(e.into());
             }
         }
     }
-    let spec_json = serde_json::to_value(&spec).unwrap_or_default();
-    let namespace = cr.namespace().unwrap_or_default();
-    let subject = approval::Subject {
-        kind: K::KIND,
-        namespace: &namespace,
-        name: &name,
-        spec: &spec_json,
-        script_from: spec
-            .script_from
-            .as_ref()
-            .and_then(|_| script.as_ref().ok())
-            .map(String::as_str),
+    Ok(false)
+}
+
+/// A resource that has not changed: what it runs on is checked again once per
+/// `ctx.recheck`; the reconcile ends here unless something no longer holds.
+async fn recheck<K: Tenant>(
+    cr: &K,
+    ctx: &Context,
+    inputs: &Inputs,
+    subject: approval::Subject<'_>,
+) -> Step {
+    let key = &inputs.key;
+    // The author may have lost a permission, or been deleted; the approval may have
+    // grown too old. Any of these: decide again, which reports it.
+    let Some(authority) = ctx.registry.authority_due(key, ctx.recheck) else {
+        return done(Action::requeue(ctx.recheck));
     };
-    if previous == Some(fingerprint) && !conflict {
-        // The author may have lost a permission, or been deleted; the approval may have
-        // grown too old. Any of these: decide again, which reports it.
-        let Some(authority) = ctx.registry.authority_due(&key, ctx.recheck) else {
-            return Ok(Action::requeue(ctx.recheck));
-        };
-        let gone = match authority::author_gone(&ctx.client, &authority.author).await {
-            Ok(gone) => gone.is_some(),
-            Err(e) => {
-                ctx.registry.author_unchecked(&key);
-                return Err(Error::CheckAuthor(e));
-            }
-        };
-        let expired = ctx.approval.verify(subject, approval.as_deref()).is_err();
-        let denied = if gone || expired {
-            Ok(Some(String::new()))
-        } else {
-            first_denied(&ctx.client, &authority.author, &authority.permissions).await
-        };
-        match denied {
-            Ok(None) => {
-                // The controller's own account must still be allowed to read what it
-                // watches through the operator's shared informers.
-                let Some(access) = ctx.registry.access(&key) else {
-                    return Ok(Action::requeue(ctx.recheck));
-                };
-                match access.reauthorize().await {
-                    Ok(()) => return Ok(Action::requeue(ctx.recheck)),
-                    Err(e @ crate::control::informers::Error::Review(_)) => {
-                        tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "asking again whether it may read what it watches");
-                        ctx.registry.author_unchecked(&key);
-                        return Ok(Action::requeue(RETRY));
-                    }
-                    // Decide again: starting it is refused, and says why.
-                    Err(e) => {
-                        tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "no longer allowed to read what it watches");
-                    }
+    let gone = match authority::author_gone(&ctx.client, &authority.author).await {
+        Ok(gone) => gone.is_some(),
+        Err(e) => {
+            ctx.registry.author_unchecked(key);
+            return Err(Error::CheckAuthor(e));
+        }
+    };
+    let expired = ctx
+        .approval
+        .verify(subject, inputs.approval.as_deref())
+        .is_err();
+    let denied = if gone || expired {
+        Ok(Some(String::new()))
+    } else {
+        first_denied(&ctx.client, &authority.author, &authority.permissions).await
+    };
+    match denied {
+        Ok(None) => {
+            // The controller's own account must still be allowed to read what it
+            // watches through the operator's shared informers.
+            let Some(access) = ctx.registry.access(key) else {
+                return done(Action::requeue(ctx.recheck));
+            };
+            match access.reauthorize().await {
+                Ok(()) => return done(Action::requeue(ctx.recheck)),
+                Err(e @ crate::control::informers::Error::Review(_)) => {
+                    tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "asking again whether it may read what it watches");
+                    ctx.registry.author_unchecked(key);
+                    return done(Action::requeue(RETRY));
+                }
+                // Decide again: starting it is refused, and says why.
+                Err(e) => {
+                    tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "no longer allowed to read what it watches");
                 }
             }
-            // Decide again: the author check below now refuses it.
-            Ok(Some(_)) => {}
-            Err(e) => {
-                ctx.registry.author_unchecked(&key);
-                return Err(Error::CheckAuthor(e));
-            }
+        }
+        // Decide again: the author check below now refuses it.
+        Ok(Some(_)) => {}
+        Err(e) => {
+            ctx.registry.author_unchecked(key);
+            return Err(Error::CheckAuthor(e));
         }
     }
-    let mut d = Decision::new(ctx, cr.object_ref(&()), key, uid);
-    d.fingerprint = fingerprint;
-    d.first = previous.is_none();
-    d.outcome.generation = generation;
-    d.script_ref = spec
-        .script_from
-        .as_ref()
-        .map(|f| (home.clone(), f.config_map_key_ref.name.clone()));
+    proceed(())
+}
 
-    // Only what the operator's webhook approved runs, and only as far as its author
-    // could go themselves. Checked before the script is looked at, so that nothing of
-    // an unapproved script (a ConfigMap its author may not read) reaches the status.
-    let author = match ctx.approval.verify(subject, approval.as_deref()) {
+/// The author the operator's webhook approved the resource for, if the approval holds
+/// and the author is still there.
+async fn approve<'a, K: Tenant>(
+    cr: &K,
+    ctx: &Context,
+    inputs: &Inputs,
+    subject: approval::Subject<'_>,
+    d: Decision<'a>,
+) -> Step<(Decision<'a>, Author)> {
+    let Inputs {
+        name, home, spec, ..
+    } = inputs;
+    let author = match ctx.approval.verify(subject, inputs.approval.as_deref()) {
         Ok(author) => author,
         Err(e) => {
             let resource = match cr.namespace() {
@@ -295,7 +327,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             );
             d.denied(valid(), "NotApproved", message).await;
             // An expired approval is looked at again only when someone reviews it.
-            return Ok(Action::await_change());
+            return done(Action::await_change());
         }
     };
     match authority::author_gone(&ctx.client, &author).await {
@@ -310,30 +342,49 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
                 approval::ANNOTATION
             );
             d.denied(valid(), "AuthorGone", message).await;
-            return Ok(Action::await_change());
+            return done(Action::await_change());
         }
         Err(e) => return Err(Error::CheckAuthor(e)),
     }
-    let runnable = match assessment(ctx, cr, script).await {
+    proceed((d, author))
+}
+
+/// The script, if it can run: linted, its RBAC inferred, within its namespace.
+async fn assess<'a, K: Tenant>(
+    cr: &K,
+    ctx: &Context,
+    script: Result<String, String>,
+    mut d: Decision<'a>,
+) -> Step<(Decision<'a>, Box<Runnable>)> {
+    match assessment(ctx, cr, script).await {
         Assessment::Suspended => {
             d.outcome.phase = Phase::Suspended;
             d.outcome.conditions = vec![Verdict::no("Ready", "Suspended", "spec.suspend is true")];
             d.finish(None).await;
-            return Ok(Action::await_change());
+            done(Action::await_change())
         }
         Assessment::Invalid { reason, message } => {
             d.invalid(reason, message).await;
-            return Ok(Action::await_change());
+            done(Action::await_change())
         }
         Assessment::Outside(message) => {
             d.denied(valid(), "OutsideNamespace", message).await;
-            return Ok(Action::await_change());
+            done(Action::await_change())
         }
-        Assessment::Runnable(r) => r,
-    };
+        Assessment::Runnable(r) => proceed((d, r)),
+    }
+}
+
+/// Goes on only if the ceiling ClusterRole allows what the script needs.
+async fn bound<'a>(
+    ctx: &Context,
+    ceiling: &Result<Ceiling, String>,
+    runnable: &Runnable,
+    d: Decision<'a>,
+) -> Step<Decision<'a>> {
     // The ceiling bounds what the script needs even when it runs as an existing
     // ServiceAccount (whose own permissions the administrator then answers for).
-    let denied = match &ceiling {
+    let denied = match ceiling {
         Ok(c) => c.first_outside(&runnable.resolved).map(|rule| {
             format!(
                 "the ceiling ClusterRole {:?} does not allow {rule}",
@@ -346,9 +397,21 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         d.retry_later()
             .denied(valid(), "BeyondCeiling", message)
             .await;
-        return Ok(Action::requeue(RETRY));
+        return done(Action::requeue(RETRY));
     }
-    let permissions = assessment::permissions(cr, &runnable, &ctx.operator_namespace);
+    proceed(d)
+}
+
+/// Goes on only if the author may do themselves what the script needs; records them as
+/// the controller's authority.
+async fn authorize<'a, K: Tenant>(
+    cr: &K,
+    ctx: &Context,
+    author: Author,
+    runnable: &Runnable,
+    mut d: Decision<'a>,
+) -> Step<Decision<'a>> {
+    let permissions = assessment::permissions(cr, runnable, &ctx.operator_namespace);
     match first_denied(&ctx.client, &author, &permissions).await {
         Ok(None) => {}
         Ok(Some(message)) => {
@@ -356,7 +419,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             d.retry_later()
                 .denied(valid(), "AuthorForbidden", message)
                 .await;
-            return Ok(Action::requeue(ctx.recheck));
+            return done(Action::requeue(ctx.recheck));
         }
         Err(e) => return Err(Error::CheckAuthor(e)),
     }
@@ -364,23 +427,30 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         author,
         permissions,
     }));
-    let Runnable {
-        script,
-        file_name,
-        inference,
-        ..
-    } = *runnable;
-    let sa = if let Some(existing) = &spec.service_account_name {
+    proceed(d)
+}
+
+/// The ServiceAccount the controller runs as: the spec's, or one generated with the
+/// inferred RBAC (granted now).
+async fn grant<'a, K: Tenant>(
+    cr: &K,
+    ctx: &Context,
+    inputs: &Inputs,
+    runnable: &Runnable,
+    mut d: Decision<'a>,
+) -> Step<(Decision<'a>, String)> {
+    let sa = if let Some(existing) = &inputs.spec.service_account_name {
         existing.clone()
     } else {
+        let name = &inputs.name;
         let grant = Grant {
             kind: K::KIND,
             name: name.clone(),
             namespace: cr.namespace(),
             uid: d.uid.clone(),
-            service_account: service_account_name(&name, &d.uid, !K::CONFINED),
-            home: home.clone(),
-            rules: inference.rules.clone(),
+            service_account: service_account_name(name, &d.uid, !K::CONFINED),
+            home: inputs.home.clone(),
+            rules: runnable.inference.rules.clone(),
         };
         match grant.restore(&ctx.client).await {
             Ok(()) => {}
@@ -388,7 +458,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
                 d.retry_later()
                     .denied(valid(), "IdentityConflict", e.to_string())
                     .await;
-                return Ok(Action::requeue(ctx.recheck));
+                return done(Action::requeue(ctx.recheck));
             }
             Err(e) => return Err(e.into()),
         }
@@ -396,100 +466,8 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         d.grants = Some(Arc::new(grant));
         sa
     };
-    let mut rbac_message = format!("ServiceAccount {home}/{sa}");
-    if !inference.warnings.is_empty() {
-        rbac_message += &format!("; not inferred: {}", inference.warnings.join("; "));
-    }
-    let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
     d.outcome.service_account = Some(sa.clone());
-
-    let client = identity::impersonating(&ctx.client, &home, &sa).map_err(Error::Impersonate)?;
-    let plan = Plan {
-        name: cr.display(),
-        file_name,
-        script,
-        vars: spec.vars.clone(),
-        overrides: spec.control.clone(),
-        namespace: home.clone(),
-        handler_budget: ctx.handler_budget,
-        limits: ctx.limits.clone(),
-        confined: K::CONFINED,
-        lease: ctx.lease.clone(),
-        pool: ctx.pool.clone(),
-        // A StarlarkController's informers count against its namespace's limit and
-        // memory; a ClusterStarlarkController's belong to no tenant, and its author (a
-        // cluster administrator) sizes the operator for them.
-        informers: ctx.informers.access(
-            Some(identity::service_account_user(&home, &sa)),
-            K::CONFINED.then_some(home.as_str()),
-        ),
-        discovery: ctx.discovery.clone(),
-        turns: ctx.turns.clone(),
-        modules: ctx.modules.clone(),
-        quota: ctx.quota.clone(),
-        reserve: ctx.registry.reserve(&d.key),
-        journal: ctx.registry.journal(
-            &d.key,
-            &cr.uid().unwrap_or_default(),
-            d.authority
-                .as_ref()
-                .map_or("", |a| a.author.username.as_str()),
-        ),
-    };
-    // Never two writers: the old version stops before the new one's top level runs.
-    if let Some(old) = ctx.registry.take_hosted(&d.key) {
-        stop(old).await;
-    }
-    match hosted::start(plan, client).await {
-        Ok(h) => {
-            let mut message = format!("watching {}", h.watching);
-            if !h.ignored.is_empty() {
-                message += &format!("; ignored: {}", h.ignored.join(", "));
-            }
-            d.outcome.phase = Phase::Running;
-            d.outcome.watching = Some(h.watching.clone());
-            d.outcome.started_at = Some(Time(Timestamp::now()));
-            d.outcome.logs = ctx.logs.then(|| match d.key.0.as_str() {
-                "" => format!("kite logs cslc/{}", d.key.1),
-                ns => format!("kite logs slc/{} -n {ns}", d.key.1),
-            });
-            d.outcome.conditions = vec![valid(), rbac, Verdict::yes("Ready", "Running", message)];
-            let (reason, note) = if d.first {
-                ("Started", "started")
-            } else {
-                ("Reloaded", "reloaded")
-            };
-            d.event(
-                EventType::Normal,
-                reason,
-                &format!("controller {note} at generation {generation}"),
-            )
-            .await;
-            d.finish(Some(h)).await;
-            Ok(Action::requeue(ctx.recheck))
-        }
-        Err(hosted::Error::Evaluate(rendered)) => {
-            d.invalid("ScriptError", crate::script::run::summary(&rendered))
-                .await;
-            Ok(Action::await_change())
-        }
-        Err(e) => {
-            let message = e.to_string();
-            let reason = match e {
-                hosted::Error::Quota(_) => "MemoryQuota",
-                hosted::Error::Start(crate::control::controller::Error::Watch {
-                    source: crate::control::informers::Error::Limit { .. },
-                    ..
-                }) => "WatchQuota",
-                _ => "StartFailed",
-            };
-            d.outcome.conditions = vec![valid(), rbac, Verdict::no("Ready", reason, &message)];
-            d.outcome.error = Some(message.clone());
-            d.event(EventType::Warning, reason, &message).await;
-            d.retry_later().finish(None).await;
-            Ok(Action::requeue(RETRY))
-        }
-    }
+    proceed((d, sa))
 }
 
 async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
@@ -529,7 +507,7 @@ pub async fn forget(ctx: &Context, key: &super::registry::Key, uid: Option<&str>
     }
 }
 
-fn valid() -> Verdict {
+pub(super) fn valid() -> Verdict {
     Verdict::yes("ScriptValid", "Valid", "parsed and linted")
 }
 

@@ -128,7 +128,7 @@ impl Library {
 
     /// A builder that starts from the standard globals of `caps` only.
     pub fn builder_of(caps: &[Capability]) -> Builder {
-        use builtins::{fmt, fs, hash, os, template, yaml};
+        use builtins::{fmt, fs, os};
         let has = |c| caps.contains(&c);
         let mut extensions = Vec::new();
         if has(Capability::Language) {
@@ -158,41 +158,7 @@ impl Library {
             globals = globals.with(builtins::types::type_global);
         }
         if has(Capability::Codecs) {
-            let files = has(Capability::Files);
-            globals = globals
-                .with_namespace("json", |b| {
-                    builtins::json::json_namespace(b);
-                    if files {
-                        builtins::json::json_files(b);
-                    }
-                })
-                .with_namespace("base64", |b| {
-                    builtins::base64::base64_namespace(b);
-                    if files {
-                        builtins::base64::base64_files(b);
-                    }
-                })
-                .with_namespace("strings", builtins::strings::strings_namespace)
-                .with_namespace("hash", |b| {
-                    hash::hash_namespace(b);
-                    if files {
-                        hash::hash_files(b);
-                    }
-                })
-                .with_namespace("uuid", builtins::uuid::uuid_namespace)
-                .with_namespace("yaml", |b| {
-                    yaml::yaml_namespace(b);
-                    if files {
-                        yaml::yaml_files(b);
-                    }
-                })
-                .with_namespace("regexp", builtins::regexp::regexp_namespace)
-                .with_namespace("template", |b| {
-                    template::template_namespace(b);
-                    if files {
-                        template::template_files(b);
-                    }
-                });
+            globals = codecs(globals, has(Capability::Files));
         }
         if has(Capability::Print) {
             globals = globals
@@ -316,6 +282,46 @@ impl Library {
             add(known);
         }
     }
+}
+
+/// The codecs' namespaces (json, base64, strings, hash, uuid, yaml, regexp, template),
+/// with their file functions when `files` is granted.
+fn codecs(globals: GlobalsBuilder, files: bool) -> GlobalsBuilder {
+    use builtins::{hash, template, yaml};
+    globals
+        .with_namespace("json", |b| {
+            builtins::json::json_namespace(b);
+            if files {
+                builtins::json::json_files(b);
+            }
+        })
+        .with_namespace("base64", |b| {
+            builtins::base64::base64_namespace(b);
+            if files {
+                builtins::base64::base64_files(b);
+            }
+        })
+        .with_namespace("strings", builtins::strings::strings_namespace)
+        .with_namespace("hash", |b| {
+            hash::hash_namespace(b);
+            if files {
+                hash::hash_files(b);
+            }
+        })
+        .with_namespace("uuid", builtins::uuid::uuid_namespace)
+        .with_namespace("yaml", |b| {
+            yaml::yaml_namespace(b);
+            if files {
+                yaml::yaml_files(b);
+            }
+        })
+        .with_namespace("regexp", builtins::regexp::regexp_namespace)
+        .with_namespace("template", |b| {
+            template::template_namespace(b);
+            if files {
+                template::template_files(b);
+            }
+        })
 }
 
 /// Values whose attributes are names of their own (namespaces, module values, values

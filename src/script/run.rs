@@ -208,22 +208,8 @@ fn evaluate(
     if let Some(signo) = host.ext::<Signals>().caught() {
         return Err(Error::Signal(signo));
     }
-    let frozen = result.map_err(|e| match (budget, deadline) {
-        _ if over_memory.get() => {
-            Error::Script(format!(
-                "error: {} (--script-memory)\n --> {name}\n",
-                memory::Exceeded {
-                    limit: host.limits.memory
-                }
-            ))
-        }
-        // Cancellation carries no position of its own: name the script and the budget.
-        (Some(b), Some(d)) if Instant::now() >= d => Error::Script(format!(
-            "error: the script's top level ran longer than {} and was cancelled (a loop that never ends?)\n --> {name}\n",
-            crate::duration::format(b)
-        )),
-        _ => Error::Script(e.to_string()),
-    })?;
+    let frozen =
+        result.map_err(|e| failure(&e, name, host, over_memory.get(), (budget, deadline)))?;
     let (Some(frozen), Some(handoff)) = (frozen, host.take_handoff()) else {
         return Ok(Finished::Done);
     };
@@ -233,6 +219,31 @@ fn evaluate(
         positions,
         kept: kept.get(),
     })
+}
+
+/// The error of a top level that failed: over its memory, over its time `budget`, or
+/// the script's own.
+fn failure(
+    e: &starlark::Error,
+    name: &str,
+    host: &Host,
+    over_memory: bool,
+    (budget, deadline): (Option<Duration>, Option<Instant>),
+) -> Error {
+    match (budget, deadline) {
+        _ if over_memory => Error::Script(format!(
+            "error: {} (--script-memory)\n --> {name}\n",
+            memory::Exceeded {
+                limit: host.limits.memory
+            }
+        )),
+        // Cancellation carries no position of its own: name the script and the budget.
+        (Some(b), Some(d)) if Instant::now() >= d => Error::Script(format!(
+            "error: the script's top level ran longer than {} and was cancelled (a loop that never ends?)\n --> {name}\n",
+            crate::duration::format(b)
+        )),
+        _ => Error::Script(e.to_string()),
+    }
 }
 
 /// How long a handled signal leaves its handler and the deferred functions.

@@ -147,17 +147,22 @@ impl PrintHandler for Capture {
     }
 }
 
-fn run_case(ast: &AstModule, dir: &Path, name: &str, settings: &Settings) -> Ran {
-    let started = Instant::now();
+/// The host one test case runs with: a fresh one per case.
+fn host(settings: &Settings) -> Host {
     // Validated before any file runs, so an error here cannot happen; be safe anyway.
     let vars = Vars::from_args(&settings.vars, &settings.var_files).unwrap_or_default();
-    let host = Host::new(
+    Host::new(
         settings.library,
         vars,
         settings.permissions,
         settings.runtime.clone(),
     )
-    .with(settings.kube.clone());
+    .with(settings.kube.clone())
+}
+
+fn run_case(ast: &AstModule, dir: &Path, name: &str, settings: &Settings) -> Ran {
+    let started = Instant::now();
+    let host = host(settings);
     let capture = Capture::default();
     let cache = LoadCache::default();
     let loader = Loader {

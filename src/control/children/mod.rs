@@ -146,121 +146,183 @@ fn display(obj: &Json) -> String {
     }
 }
 
+/// The parent, as its children name it.
+struct Parent<'a> {
+    json: &'a Json,
+    name: &'a str,
+    /// None for a cluster-scoped parent.
+    namespace: Option<&'a str>,
+    /// The id of its ApplySet.
+    set_id: String,
+    /// How messages name it.
+    label: String,
+    /// The ownerReference every child carries.
+    owner: Json,
+}
+
+impl<'a> Parent<'a> {
+    fn of(ctx: &Context<'_>, parent: &'a Json) -> Self {
+        let meta = &parent["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default();
+        let namespace = meta["namespace"]
+            .as_str()
+            .filter(|_| ctx.primary.namespaced);
+        let ar = &ctx.primary.api_resource;
+        let set_id = applyset::id(name, namespace.unwrap_or_default(), &ar.kind, &ar.group);
+        let label = match namespace {
+            Some(ns) => format!("{} {ns}/{name}", ar.kind),
+            None => format!("{} {name}", ar.kind),
+        };
+        let owner = json!({
+            "apiVersion": ar.api_version, "kind": ar.kind, "name": name,
+            "uid": meta["uid"], "controller": true, "blockOwnerDeletion": true,
+        });
+        Parent {
+            json: parent,
+            name,
+            namespace,
+            set_id,
+            label,
+            owner,
+        }
+    }
+
+    fn uid(&self) -> &'a Json {
+        &self.json["metadata"]["uid"]
+    }
+}
+
+/// A child's group, kind, namespace and name.
+type Id = (String, String, String, String);
+
 /// Applies `desired` as the children of `parent`, prunes what is no longer desired,
 /// and reports readiness. Nothing is applied unless every child can be owned.
 ///
 /// # Errors
 /// An unownable child, or the API server refusing an apply, prune or parent update.
 pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> Result<Report> {
-    let meta = &parent["metadata"];
-    let parent_name = meta["name"].as_str().unwrap_or_default();
-    let parent_ns = meta["namespace"]
-        .as_str()
-        .filter(|_| ctx.primary.namespaced);
-    let ar = &ctx.primary.api_resource;
-    let set_id = applyset::id(
-        parent_name,
-        parent_ns.unwrap_or_default(),
-        &ar.kind,
-        &ar.group,
-    );
-    let parent_label = match parent_ns {
-        Some(ns) => format!("{} {ns}/{parent_name}", ar.kind),
-        None => format!("{} {parent_name}", ar.kind),
-    };
-    let owner = json!({
-        "apiVersion": ar.api_version, "kind": ar.kind, "name": parent_name,
-        "uid": meta["uid"], "controller": true, "blockOwnerDeletion": true,
-    });
+    let parent = Parent::of(ctx, parent);
 
     // 1. Check and complete every child before anything is written.
     let mut children = Vec::with_capacity(desired.len());
-    for (index, mut child) in desired.into_iter().enumerate() {
-        let what = display(&child);
-        let fail = |why: String| Error::Ownership {
-            index,
-            what: what.clone(),
-            parent: parent_label.clone(),
-            why,
-        };
-        let (Some(api_version), Some(kind)) =
-            (child["apiVersion"].as_str(), child["kind"].as_str())
-        else {
-            return Err(fail("it has no apiVersion or kind".into()));
-        };
-        let resource = ctx
-            .session
-            .discovery
-            .resolve_gvk(api_version, kind)
-            .await
-            .map_err(|e| Error::Apply {
-                index,
-                what: what.clone(),
-                source: e.into(),
-            })?;
-        if child["metadata"]["name"].as_str().is_none_or(str::is_empty) {
-            return Err(fail("it has no metadata.name".into()));
-        }
-        let child_ns = child["metadata"]["namespace"].as_str().map(str::to_owned);
-        match (parent_ns, resource.namespaced, child_ns) {
-            (Some(_), false, _) => {
-                return Err(fail(
-                    "a namespaced parent cannot own a cluster-scoped object".into(),
-                ));
-            }
-            (Some(pns), true, Some(cns)) if cns != pns => {
-                return Err(fail(format!(
-                    "it is in namespace {cns:?}, and a parent can only own objects in its own namespace {pns:?}"
-                )));
-            }
-            (Some(pns), true, None) => child["metadata"]["namespace"] = json!(pns),
-            (None, true, None) => {
-                return Err(fail(
-                    "a cluster-scoped parent's namespaced child needs metadata.namespace".into(),
-                ));
-            }
-            _ => {}
-        }
-        if !child["metadata"].is_object() {
-            return Err(fail("metadata is not a mapping".into()));
-        }
-        let watched = watch(ctx, &resource).await?;
-        let existing = existing(ctx, &watched, &resource, &child)
-            .await
-            .map_err(|source| Error::Apply {
-                index,
-                what: what.clone(),
-                source,
-            })?;
-        if let Some(existing) = existing
-            && !adopting(&child)
-            && !ours(&existing, &set_id, &meta["uid"])
-        {
-            return Err(fail(format!(
-                "an object with that name already exists and this controller did not create it \
-                 (no ownerReference to the parent); kite does not take over what it did not create: \
-                 delete or rename it, or set the annotation {ADOPT_ANNOTATION}: \"true\" on the child to adopt it"
-            )));
-        }
-        let m = child["metadata"]
-            .as_object_mut()
-            .ok_or_else(|| fail("metadata is not a mapping".into()))?;
-        let labels = m.entry("labels").or_insert_with(|| json!({}));
-        labels[applyset::PART_OF_LABEL] = json!(set_id);
-        let refs = m.entry("ownerReferences").or_insert_with(|| json!([]));
-        if let Some(list) = refs.as_array_mut() {
-            list.retain(|r| r["uid"] != owner["uid"]);
-            list.push(owner.clone());
-        }
-        children.push((resource, child));
+    for (index, child) in desired.into_iter().enumerate() {
+        children.push(complete(ctx, &parent, index, child).await?);
     }
 
     // 2. Record the ApplySet on the parent (its id and every kind it may hold) before
     // applying, so a crash between the two can never leave children that pruning
     // would not look for.
-    let previous: BTreeSet<String> = applyset::kinds_of(parent).into_iter().collect();
+    let kinds = record(ctx, &parent, &children).await?;
+
+    // 3. Apply.
+    let mut report = Report::default();
+    let wanted = apply(ctx, &children, &mut report).await?;
+
+    // 4. Prune what this parent owns but no longer wants.
+    for group_kind in &kinds {
+        prune(ctx, &parent, group_kind, &wanted, &mut report).await?;
+    }
+    Ok(report)
+}
+
+/// Checks that child `index` can be owned by the parent, and completes it: its
+/// namespace, the ApplySet label and the ownerReference.
+async fn complete(
+    ctx: &Context<'_>,
+    parent: &Parent<'_>,
+    index: usize,
+    mut child: Json,
+) -> Result<(Resource, Json)> {
+    let what = display(&child);
+    let fail = |why: String| Error::Ownership {
+        index,
+        what: what.clone(),
+        parent: parent.label.clone(),
+        why,
+    };
+    let (Some(api_version), Some(kind)) = (child["apiVersion"].as_str(), child["kind"].as_str())
+    else {
+        return Err(fail("it has no apiVersion or kind".into()));
+    };
+    let resource = ctx
+        .session
+        .discovery
+        .resolve_gvk(api_version, kind)
+        .await
+        .map_err(|e| Error::Apply {
+            index,
+            what: what.clone(),
+            source: e.into(),
+        })?;
+    if child["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        return Err(fail("it has no metadata.name".into()));
+    }
+    let child_ns = child["metadata"]["namespace"].as_str().map(str::to_owned);
+    match (parent.namespace, resource.namespaced, child_ns) {
+        (Some(_), false, _) => {
+            return Err(fail(
+                "a namespaced parent cannot own a cluster-scoped object".into(),
+            ));
+        }
+        (Some(pns), true, Some(cns)) if cns != pns => {
+            return Err(fail(format!(
+                "it is in namespace {cns:?}, and a parent can only own objects in its own namespace {pns:?}"
+            )));
+        }
+        (Some(pns), true, None) => child["metadata"]["namespace"] = json!(pns),
+        (None, true, None) => {
+            return Err(fail(
+                "a cluster-scoped parent's namespaced child needs metadata.namespace".into(),
+            ));
+        }
+        _ => {}
+    }
+    if !child["metadata"].is_object() {
+        return Err(fail("metadata is not a mapping".into()));
+    }
+    let watched = watch(ctx, &resource).await?;
+    let existing = existing(ctx, &watched, &resource, &child)
+        .await
+        .map_err(|source| Error::Apply {
+            index,
+            what: what.clone(),
+            source,
+        })?;
+    if let Some(existing) = existing
+        && !adopting(&child)
+        && !ours(&existing, &parent.set_id, parent.uid())
+    {
+        return Err(fail(format!(
+            "an object with that name already exists and this controller did not create it \
+             (no ownerReference to the parent); kite does not take over what it did not create: \
+             delete or rename it, or set the annotation {ADOPT_ANNOTATION}: \"true\" on the child to adopt it"
+        )));
+    }
+    let m = child["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| fail("metadata is not a mapping".into()))?;
+    let labels = m.entry("labels").or_insert_with(|| json!({}));
+    labels[applyset::PART_OF_LABEL] = json!(parent.set_id);
+    let refs = m.entry("ownerReferences").or_insert_with(|| json!([]));
+    if let Some(list) = refs.as_array_mut() {
+        list.retain(|r| r["uid"] != parent.owner["uid"]);
+        list.push(parent.owner.clone());
+    }
+    Ok((resource, child))
+}
+
+/// Records the parent's ApplySet (its id, and every kind it held or now holds) when it
+/// changed; gives those kinds.
+async fn record(
+    ctx: &Context<'_>,
+    parent: &Parent<'_>,
+    children: &[(Resource, Json)],
+) -> Result<BTreeSet<String>> {
+    let meta = &parent.json["metadata"];
+    let set_id = &parent.set_id;
+    let previous: BTreeSet<String> = applyset::kinds_of(parent.json).into_iter().collect();
     let mut kinds = previous.clone();
-    for (_, c) in &children {
+    for (_, c) in children {
         kinds.insert(applyset::group_kind(
             c["apiVersion"].as_str().unwrap_or_default(),
             c["kind"].as_str().unwrap_or_default(),
@@ -277,12 +339,12 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         }});
         let target = Target {
             resource: ctx.primary.clone(),
-            namespace: parent_ns.map(str::to_owned),
+            namespace: parent.namespace.map(str::to_owned),
         };
         let updated = ops::patch(
             ctx.session,
             &target,
-            parent_name,
+            parent.name,
             &kube::api::Patch::Merge(body),
             false,
         )
@@ -290,9 +352,16 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
         .map_err(Error::Parent)?;
         ctx.writes.record(&updated);
     }
+    Ok(kinds)
+}
 
-    // 3. Apply.
-    let mut report = Report::default();
+/// Applies the children; reports which changed and which are not ready, and gives them
+/// all.
+async fn apply(
+    ctx: &Context<'_>,
+    children: &[(Resource, Json)],
+    report: &mut Report,
+) -> Result<HashSet<Id>> {
     let mut wanted = HashSet::new();
     for (index, (resource, child)) in children.iter().enumerate() {
         let what = display(child);
@@ -331,73 +400,82 @@ pub async fn reconcile(ctx: &Context<'_>, parent: &Json, desired: Vec<Json>) -> 
             report.waiting.push(format!("{what} ({why})"));
         }
     }
+    Ok(wanted)
+}
 
-    // 4. Prune what this parent owns but no longer wants.
-    for group_kind in &kinds {
-        let Ok(resource) = ctx.session.discovery.resolve(group_kind).await else {
+/// Deletes the objects of `group_kind` in the parent's ApplySet and owned by it that
+/// are not `wanted` (nor already going).
+async fn prune(
+    ctx: &Context<'_>,
+    parent: &Parent<'_>,
+    group_kind: &str,
+    wanted: &HashSet<Id>,
+    report: &mut Report,
+) -> Result<()> {
+    let set_id = &parent.set_id;
+    let Ok(resource) = ctx.session.discovery.resolve(group_kind).await else {
+        return Ok(());
+    };
+    let watched = watch(ctx, &resource).await?;
+    // The cache's own objects, shared: a reconcile looks at every cached child of
+    // the kind but copies none.
+    let candidates: Vec<Arc<Json>> = if watched.store.is_synced() {
+        watched.store.objects()
+    } else {
+        let selector = format!("{}={set_id}", applyset::PART_OF_LABEL);
+        ops::list(
+            ctx.session,
+            group_kind,
+            Some(parent.namespace.unwrap_or("*")),
+            Some(&selector),
+            None,
+        )
+        .await
+        .map_err(|source| Error::Prune {
+            what: group_kind.to_owned(),
+            source,
+        })?
+        .into_iter()
+        .map(Arc::new)
+        .collect()
+    };
+    for obj in candidates {
+        let m = &obj["metadata"];
+        let id = (
+            resource.api_resource.group.clone(),
+            resource.api_resource.kind.clone(),
+            m["namespace"].as_str().unwrap_or_default().to_owned(),
+            m["name"].as_str().unwrap_or_default().to_owned(),
+        );
+        let ours = m["labels"][applyset::PART_OF_LABEL] == set_id.as_str()
+            && m["ownerReferences"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["uid"] == *parent.uid()));
+        if !ours || wanted.contains(&id) || m["deletionTimestamp"].is_string() {
             continue;
+        }
+        let target = Target {
+            resource: resource.clone(),
+            namespace: m["namespace"].as_str().map(str::to_owned),
         };
-        let watched = watch(ctx, &resource).await?;
-        // The cache's own objects, shared: a reconcile looks at every cached child of
-        // the kind but copies none.
-        let candidates: Vec<Arc<Json>> = if watched.store.is_synced() {
-            watched.store.objects()
-        } else {
-            let selector = format!("{}={set_id}", applyset::PART_OF_LABEL);
-            ops::list(
-                ctx.session,
-                group_kind,
-                Some(parent_ns.unwrap_or("*")),
-                Some(&selector),
-                None,
-            )
+        let name = m["name"].as_str().unwrap_or_default();
+        let what = display(&target.complete((*obj).clone()));
+        match target
+            .api(ctx.session)
+            .delete(name, &kube::api::DeleteParams::default())
             .await
-            .map_err(|source| Error::Prune {
-                what: group_kind.clone(),
-                source,
-            })?
-            .into_iter()
-            .map(Arc::new)
-            .collect()
-        };
-        for obj in candidates {
-            let m = &obj["metadata"];
-            let id = (
-                resource.api_resource.group.clone(),
-                resource.api_resource.kind.clone(),
-                m["namespace"].as_str().unwrap_or_default().to_owned(),
-                m["name"].as_str().unwrap_or_default().to_owned(),
-            );
-            let ours = m["labels"][applyset::PART_OF_LABEL] == set_id.as_str()
-                && m["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|r| r.iter().any(|r| r["uid"] == meta["uid"]));
-            if !ours || wanted.contains(&id) || m["deletionTimestamp"].is_string() {
-                continue;
-            }
-            let target = Target {
-                resource: resource.clone(),
-                namespace: m["namespace"].as_str().map(str::to_owned),
-            };
-            let name = m["name"].as_str().unwrap_or_default();
-            let what = display(&target.complete((*obj).clone()));
-            match target
-                .api(ctx.session)
-                .delete(name, &kube::api::DeleteParams::default())
-                .await
-            {
-                Ok(_) => report.pruned.push(what),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(Error::Prune {
-                        what,
-                        source: e.into(),
-                    });
-                }
+        {
+            Ok(_) => report.pruned.push(what),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::Prune {
+                    what,
+                    source: e.into(),
+                });
             }
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Writes the parent's Ready condition if it changed (through the status subresource

@@ -111,26 +111,8 @@ pub fn parse<'v>(
     if !path.starts_with('/') {
         return Err(err(format!("path {path:?} must start with \"/\"")));
     }
-    let handler = |name: &str| -> anyhow::Result<Option<(Value<'v>, bool)>> {
-        let Some(v) = kwargs.get(name).copied().filter(|v| !v.is_none()) else {
-            return Ok(None);
-        };
-        if v.get_type() != "function" {
-            return Err(err(format!(
-                "{name} must be a function, not {}",
-                v.get_type()
-            )));
-        }
-        match crate::control::spec::arity(v) {
-            Some(1) | None => Ok(Some((v, false))),
-            Some(2) => Ok(Some((v, true))),
-            Some(n) => Err(err(format!(
-                "{name} must take 1 argument (obj) or 2 (obj, req), but it takes {n}"
-            ))),
-        }
-    };
-    let validate = handler("validate")?;
-    let mutate = handler("mutate")?;
+    let validate = handler(kwargs, "validate")?;
+    let mutate = handler(kwargs, "mutate")?;
     if validate.is_none() && mutate.is_none() {
         return Err(err("give validate=, mutate= or both"));
     }
@@ -142,21 +124,7 @@ pub fn parse<'v>(
             .filter(|p| *p > 0)
             .ok_or_else(|| err(format!("port must be a number from 1 to 65535, not {v}")))?,
     };
-    let file = |name: &str| -> anyhow::Result<Option<PathBuf>> {
-        match kwargs.get(name) {
-            None => Ok(None),
-            Some(v) if v.is_none() => Ok(None),
-            Some(v) => match v.unpack_str() {
-                Some("") => Ok(None),
-                Some(s) => Ok(Some(PathBuf::from(s))),
-                None => Err(err(format!(
-                    "{name} must be a file path, not {}",
-                    v.get_type()
-                ))),
-            },
-        }
-    };
-    let tls = match (file("tls_cert")?, file("tls_key")?) {
+    let tls = match (file(kwargs, "tls_cert")?, file(kwargs, "tls_key")?) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
         (Some(_), None) => return Err(err("tls_cert is given without tls_key")),
@@ -206,6 +174,45 @@ pub fn parse<'v>(
             mutate: mutate.map(|(v, _)| v),
         },
     ))
+}
+
+/// Handler `name`, if given, and whether it takes the request too.
+fn handler<'v>(
+    kwargs: &SmallMap<String, Value<'v>>,
+    name: &str,
+) -> anyhow::Result<Option<(Value<'v>, bool)>> {
+    let Some(v) = kwargs.get(name).copied().filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if v.get_type() != "function" {
+        return Err(err(format!(
+            "{name} must be a function, not {}",
+            v.get_type()
+        )));
+    }
+    match crate::control::spec::arity(v) {
+        Some(1) | None => Ok(Some((v, false))),
+        Some(2) => Ok(Some((v, true))),
+        Some(n) => Err(err(format!(
+            "{name} must take 1 argument (obj) or 2 (obj, req), but it takes {n}"
+        ))),
+    }
+}
+
+/// File path `name`, if given (and not empty).
+fn file(kwargs: &SmallMap<String, Value<'_>>, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    match kwargs.get(name) {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => match v.unpack_str() {
+            Some("") => Ok(None),
+            Some(s) => Ok(Some(PathBuf::from(s))),
+            None => Err(err(format!(
+                "{name} must be a file path, not {}",
+                v.get_type()
+            ))),
+        },
+    }
 }
 
 #[cfg(test)]

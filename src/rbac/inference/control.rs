@@ -81,6 +81,10 @@ pub(super) fn given<'a>(args: &Args<'a>, grant: Grant) -> impl Iterator<Item = (
 
 impl<'a> Analyzer<'a> {
     /// The primary kind and the rules every controller with these options needs.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the facts and rules of each k8s.control() option in turn (kind, finalizer, namespace, health_port, leader_election, watch_owned, watch_related), a closed set"
+    )]
     pub(super) fn control(&mut self, script: &Path, module: usize, call: &'a AstExpr) {
         let Some((_, args)) = Args::of(call) else {
             return;
@@ -270,31 +274,7 @@ impl<'a> Analyzer<'a> {
         for (m, def) in self.index.reachable(&[reconcile], &[]) {
             source::each_expr(&def.body, &mut |e| bodies.push((m, e)));
         }
-        // An object handed straight to a k8s call (k8s.create(k8s.obj.config_map(...)))
-        // is that call's business, not a child the runtime applies.
-        let mut passed: Vec<(usize, starlark_syntax::codemap::Span)> = Vec::new();
-        for &(m, e) in &bodies {
-            if let Some((callee, args)) = Args::of(e)
-                && self.client_method(callee).is_some()
-            {
-                passed.extend(
-                    args.positional
-                        .iter()
-                        .chain(args.named.iter().map(|(_, a)| a))
-                        .map(|a| (m, a.span)),
-                );
-            }
-        }
-        // Syntax spans are nested or disjoint, so the outermost ones, sorted, answer
-        // "inside any?" by a binary search: linear in the script overall.
-        passed.sort_by_key(|&(m, span)| (m, span.begin(), std::cmp::Reverse(span.end())));
-        let mut outermost: Vec<(usize, starlark_syntax::codemap::Span)> = Vec::new();
-        for (m, span) in passed {
-            match outermost.last() {
-                Some(&(lm, last)) if lm == m && span.end() <= last.end() => {}
-                _ => outermost.push((m, span)),
-            }
-        }
+        let outermost = self.passed(&bodies);
         let inside = |m: usize, e: &AstExpr| {
             let at =
                 outermost.partition_point(|&(pm, span)| (pm, span.begin()) <= (m, e.span.begin()));
@@ -344,39 +324,94 @@ impl<'a> Analyzer<'a> {
             }
         }
         if any {
-            let ar = &presource.api_resource;
-            let kind = primary.kind.clone();
-            let site = self.site(
-                module,
-                call,
-                format!("k8s.control({kind:?}) children: ApplySet labels on the parent"),
-            );
-            self.out
-                .rules
-                .add(&ar.group, &ar.plural, &["patch"], pscope.clone(), &[], site);
-            let status = if presource.subresources.iter().any(|s| s == "status") {
-                format!("{}/status", ar.plural)
-            } else {
-                ar.plural.clone()
-            };
-            let site = self.site(
-                module,
-                call,
-                format!("k8s.control({kind:?}) children: the Ready condition"),
-            );
-            self.out
-                .rules
-                .add(&ar.group, &status, &["patch"], pscope.clone(), &[], site);
-            // A Ready write that conflicts with another writer re-reads the parent.
-            let site = self.site(
-                module,
-                call,
-                format!("k8s.control({kind:?}) children: re-reading the parent after a conflicting Ready write"),
-            );
-            self.out
-                .rules
-                .add(&ar.group, &ar.plural, &["get"], pscope, &[], site);
+            self.parent_rules(module, call, &primary);
         }
+    }
+
+    /// The spans of what reconcile hands straight to a k8s call, the outermost only,
+    /// sorted.
+    fn passed(
+        &self,
+        bodies: &[(usize, &'a AstExpr)],
+    ) -> Vec<(usize, starlark_syntax::codemap::Span)> {
+        // An object handed straight to a k8s call (k8s.create(k8s.obj.config_map(...)))
+        // is that call's business, not a child the runtime applies.
+        let mut passed: Vec<(usize, starlark_syntax::codemap::Span)> = Vec::new();
+        for &(m, e) in bodies {
+            if let Some((callee, args)) = Args::of(e)
+                && self.client_method(callee).is_some()
+            {
+                passed.extend(
+                    args.positional
+                        .iter()
+                        .chain(args.named.iter().map(|(_, a)| a))
+                        .map(|a| (m, a.span)),
+                );
+            }
+        }
+        // Syntax spans are nested or disjoint, so the outermost ones, sorted, answer
+        // "inside any?" by a binary search: linear in the script overall.
+        passed.sort_by_key(|&(m, span)| (m, span.begin(), std::cmp::Reverse(span.end())));
+        let mut outermost: Vec<(usize, starlark_syntax::codemap::Span)> = Vec::new();
+        for (m, span) in passed {
+            match outermost.last() {
+                Some(&(lm, last)) if lm == m && span.end() <= last.end() => {}
+                _ => outermost.push((m, span)),
+            }
+        }
+        outermost
+    }
+
+    /// What the runtime writes to a parent with children: its ApplySet labels and its
+    /// Ready condition, and a re-read after a conflicting Ready write.
+    fn parent_rules(&mut self, module: usize, call: &'a AstExpr, primary: &Primary) {
+        let ar = &primary.resource.api_resource;
+        let kind = primary.kind.clone();
+        let site = self.site(
+            module,
+            call,
+            format!("k8s.control({kind:?}) children: ApplySet labels on the parent"),
+        );
+        self.out.rules.add(
+            &ar.group,
+            &ar.plural,
+            &["patch"],
+            primary.scope.clone(),
+            &[],
+            site,
+        );
+        let status = if primary.resource.subresources.iter().any(|s| s == "status") {
+            format!("{}/status", ar.plural)
+        } else {
+            ar.plural.clone()
+        };
+        let site = self.site(
+            module,
+            call,
+            format!("k8s.control({kind:?}) children: the Ready condition"),
+        );
+        self.out.rules.add(
+            &ar.group,
+            &status,
+            &["patch"],
+            primary.scope.clone(),
+            &[],
+            site,
+        );
+        // A Ready write that conflicts with another writer re-reads the parent.
+        let site = self.site(
+            module,
+            call,
+            format!("k8s.control({kind:?}) children: re-reading the parent after a conflicting Ready write"),
+        );
+        self.out.rules.add(
+            &ar.group,
+            &ar.plural,
+            &["get"],
+            primary.scope.clone(),
+            &[],
+            site,
+        );
     }
 }
 

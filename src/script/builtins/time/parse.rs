@@ -240,6 +240,10 @@ fn literal(rest: &mut &str, text: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per element of a Go layout, a closed set (Element)"
+)]
 fn read(
     element: Element,
     rest: &mut &str,

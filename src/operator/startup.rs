@@ -1,0 +1,141 @@
+//! Starting a controller resource's script as its identity, in place of what ran
+//! before, and reporting how it went.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+
+use super::assessment::Runnable;
+use super::decision::{Decision, stop};
+use super::hosted::{self, Plan};
+use super::identity;
+use super::inputs::Inputs;
+use super::reconciler::{Context, Error, RETRY, Result, valid};
+use super::resource::Phase;
+use super::status::Verdict;
+use super::tenant::Tenant;
+
+/// Starts the script's controller as `sa` in place of what ran before, and reports it.
+pub(super) async fn start<K: Tenant>(
+    cr: &K,
+    ctx: &Context,
+    inputs: &Inputs,
+    runnable: Runnable,
+    sa: &str,
+    d: Decision<'_>,
+) -> Result<Action> {
+    let Inputs { spec, home, .. } = inputs;
+    let Runnable {
+        script,
+        file_name,
+        inference,
+        ..
+    } = runnable;
+    let mut rbac_message = format!("ServiceAccount {home}/{sa}");
+    if !inference.warnings.is_empty() {
+        rbac_message += &format!("; not inferred: {}", inference.warnings.join("; "));
+    }
+    let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
+
+    let client = identity::impersonating(&ctx.client, home, sa).map_err(Error::Impersonate)?;
+    let plan = Plan {
+        name: cr.display(),
+        file_name,
+        script,
+        vars: spec.vars.clone(),
+        overrides: spec.control.clone(),
+        namespace: home.clone(),
+        handler_budget: ctx.handler_budget,
+        limits: ctx.limits.clone(),
+        confined: K::CONFINED,
+        lease: ctx.lease.clone(),
+        pool: ctx.pool.clone(),
+        // A StarlarkController's informers count against its namespace's limit and
+        // memory; a ClusterStarlarkController's belong to no tenant, and its author (a
+        // cluster administrator) sizes the operator for them.
+        informers: ctx.informers.access(
+            Some(identity::service_account_user(home, sa)),
+            K::CONFINED.then_some(home.as_str()),
+        ),
+        discovery: ctx.discovery.clone(),
+        turns: ctx.turns.clone(),
+        modules: ctx.modules.clone(),
+        quota: ctx.quota.clone(),
+        reserve: ctx.registry.reserve(&d.key),
+        journal: ctx.registry.journal(
+            &d.key,
+            &cr.uid().unwrap_or_default(),
+            d.authority
+                .as_ref()
+                .map_or("", |a| a.author.username.as_str()),
+        ),
+    };
+    // Never two writers: the old version stops before the new one's top level runs.
+    if let Some(old) = ctx.registry.take_hosted(&d.key) {
+        stop(old).await;
+    }
+    let started = hosted::start(plan, client).await;
+    Ok(report(ctx, inputs.generation, rbac, started, d).await)
+}
+
+/// Records how starting went: Running, an error in the script, or a failure to retry.
+async fn report(
+    ctx: &Context,
+    generation: i64,
+    rbac: Verdict,
+    started: hosted::Result<hosted::Hosted>,
+    mut d: Decision<'_>,
+) -> Action {
+    match started {
+        Ok(h) => {
+            let mut message = format!("watching {}", h.watching);
+            if !h.ignored.is_empty() {
+                message += &format!("; ignored: {}", h.ignored.join(", "));
+            }
+            d.outcome.phase = Phase::Running;
+            d.outcome.watching = Some(h.watching.clone());
+            d.outcome.started_at = Some(Time(Timestamp::now()));
+            d.outcome.logs = ctx.logs.then(|| match d.key.0.as_str() {
+                "" => format!("kite logs cslc/{}", d.key.1),
+                ns => format!("kite logs slc/{} -n {ns}", d.key.1),
+            });
+            d.outcome.conditions = vec![valid(), rbac, Verdict::yes("Ready", "Running", message)];
+            let (reason, note) = if d.first {
+                ("Started", "started")
+            } else {
+                ("Reloaded", "reloaded")
+            };
+            d.event(
+                EventType::Normal,
+                reason,
+                &format!("controller {note} at generation {generation}"),
+            )
+            .await;
+            d.finish(Some(h)).await;
+            Action::requeue(ctx.recheck)
+        }
+        Err(hosted::Error::Evaluate(rendered)) => {
+            d.invalid("ScriptError", crate::script::run::summary(&rendered))
+                .await;
+            Action::await_change()
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let reason = match e {
+                hosted::Error::Quota(_) => "MemoryQuota",
+                hosted::Error::Start(crate::control::controller::Error::Watch {
+                    source: crate::control::informers::Error::Limit { .. },
+                    ..
+                }) => "WatchQuota",
+                _ => "StartFailed",
+            };
+            d.outcome.conditions = vec![valid(), rbac, Verdict::no("Ready", reason, &message)];
+            d.outcome.error = Some(message.clone());
+            d.event(EventType::Warning, reason, &message).await;
+            d.retry_later().finish(None).await;
+            Action::requeue(RETRY)
+        }
+    }
+}
