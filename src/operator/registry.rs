@@ -34,6 +34,8 @@ pub struct Entry {
     pub grants_changed: bool,
     /// Objects generated for it may remain though nothing runs: their removal failed.
     pub grants_remain: bool,
+    /// Starts that failed in a row (reset when one succeeds): how long until the next.
+    pub failed_starts: u32,
     /// Who approved what runs, and what they must keep holding; checked again now and
     /// then, since an author can lose permissions without any change here.
     pub authority: Option<Arc<Authority>>,
@@ -114,6 +116,8 @@ impl Registry {
         // What does not run keeps no journal (it is charged to no quota).
         if hosted.is_none() {
             entry.journal = None;
+        } else {
+            entry.failed_starts = 0;
         }
         std::mem::replace(&mut entry.hosted, hosted)
     }
@@ -124,6 +128,14 @@ impl Registry {
             e.grants = grants;
             e.grants_changed = false;
         }
+    }
+
+    /// Counts one more failed start of `key`; returns the failures in a row.
+    pub fn failed_start(&self, key: &Key) -> u32 {
+        self.lock().get_mut(key).map_or(1, |e| {
+            e.failed_starts = e.failed_starts.saturating_add(1);
+            e.failed_starts
+        })
     }
 
     /// Whether objects generated for `key` may be in the cluster: it runs with grants,

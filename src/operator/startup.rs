@@ -13,6 +13,17 @@ use super::hosted::{self, Plan};
 use super::identity;
 use super::inputs::Inputs;
 use super::reconciler::{Context, Error, RETRY, Result, valid};
+
+/// The longest wait before a failed start is tried again.
+const MAX_RETRY: std::time::Duration = std::time::Duration::from_secs(160);
+
+/// The wait before trying a start again after `failures` failures in a row: [`RETRY`],
+/// doubling, at most [`MAX_RETRY`].
+fn retry_after(failures: u32) -> std::time::Duration {
+    RETRY
+        .saturating_mul(1 << failures.saturating_sub(1).min(8))
+        .min(MAX_RETRY)
+}
 use super::resource::Phase;
 use super::status::Verdict;
 use super::tenant::Tenant;
@@ -134,8 +145,34 @@ async fn report(
             d.outcome.conditions = vec![valid(), rbac, Verdict::no("Ready", reason, &message)];
             d.outcome.error = Some(message.clone());
             d.event(EventType::Warning, reason, &message).await;
+            let key = d.key.clone();
             d.retry_later().finish(None).await;
-            Action::requeue(RETRY)
+            // Each retry runs the analysis, the reviews, the grants and the top level
+            // again: one that keeps failing is tried less and less often, so that a
+            // namespace of refused controllers costs the API server little.
+            Action::requeue(retry_after(ctx.registry.failed_start(&key)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_that_keeps_failing_is_tried_less_and_less_often() {
+        let secs = |n| retry_after(n).as_secs();
+        assert_eq!(
+            [
+                secs(0),
+                secs(1),
+                secs(2),
+                secs(3),
+                secs(4),
+                secs(5),
+                secs(u32::MAX)
+            ],
+            [20, 20, 40, 80, 160, 160, 160]
+        );
     }
 }
