@@ -84,6 +84,9 @@ pub struct Plan {
     pub reserve: usize,
     /// The top levels other controllers evaluated, to share.
     pub modules: Arc<super::modules::Modules>,
+    /// The username of the author whose approval runs it: only that author's
+    /// controllers share a top level.
+    pub author: String,
 }
 
 /// A running hosted controller.
@@ -201,6 +204,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     host.limits = plan.limits.clone();
     let key = super::modules::Key {
         namespace: plan.namespace.clone(),
+        author: plan.author.clone(),
         script: Arc::from(plan.script.as_str()),
         vars: plan.vars.clone(),
     };

@@ -7,8 +7,9 @@
 //! controller, which the next one must do again for itself. What it printed is kept
 //! and printed again for each controller that shares it.
 //!
-//! The key holds the namespace: controllers of different tenants never share anything
-//! here, not even the fact that their scripts are equal.
+//! The key holds the namespace and the approving author: controllers of different
+//! tenants, or of two authors in one namespace, never share anything here, not even
+//! the fact that their scripts are equal.
 //!
 //! [`Host::reached`]: crate::script::host::Host::reached
 
@@ -25,6 +26,10 @@ use crate::control::request::ControlRequest;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
     pub namespace: String,
+    /// The approving author: two authors' controllers never share, so that neither
+    /// learns from the other's run (what it printed, when it started) or that their
+    /// scripts are equal.
+    pub author: String,
     pub script: Arc<str>,
     pub vars: BTreeMap<String, String>,
 }
@@ -131,6 +136,7 @@ mod tests {
     fn key(namespace: &str, vars: &[(&str, &str)]) -> Key {
         Key {
             namespace: namespace.into(),
+            author: "alice".into(),
             script: Arc::from("k8s.control(\"deployments\")"),
             vars: vars
                 .iter()
@@ -151,6 +157,11 @@ mod tests {
         // Other vars, or another namespace's tenant, share nothing.
         assert!(modules.get(&key("t", &[("max", "4")])).is_none());
         assert!(modules.get(&key("u", &[("max", "3")])).is_none());
+        let mallory = Key {
+            author: "mallory".into(),
+            ..key("t", &[("max", "3")])
+        };
+        assert!(modules.get(&mallory).is_none(), "nor does another author");
         assert_eq!(modules.len(), 1);
         drop((first, same, raced));
         assert!(

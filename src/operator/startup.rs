@@ -51,6 +51,10 @@ pub(super) async fn start<K: Tenant>(
     let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
 
     let client = identity::impersonating(&ctx.client, home, sa).map_err(Error::Impersonate)?;
+    let author = d
+        .authority
+        .as_ref()
+        .map_or("", |a| a.author.username.as_str());
     let plan = Plan {
         name: cr.display(),
         file_name,
@@ -75,13 +79,10 @@ pub(super) async fn start<K: Tenant>(
         modules: ctx.modules.clone(),
         quota: ctx.quota.clone(),
         reserve: ctx.registry.reserve(&d.key),
-        journal: ctx.registry.journal(
-            &d.key,
-            &cr.uid().unwrap_or_default(),
-            d.authority
-                .as_ref()
-                .map_or("", |a| a.author.username.as_str()),
-        ),
+        journal: ctx
+            .registry
+            .journal(&d.key, &cr.uid().unwrap_or_default(), author),
+        author: author.to_owned(),
     };
     // Never two writers: the old version stops before the new one's top level runs.
     if let Some(old) = ctx.registry.take_hosted(&d.key) {

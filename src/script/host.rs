@@ -36,9 +36,10 @@ pub struct Host {
     /// What builtins handed over for after the top level (`k8s.control(...)`,
     /// `k8s.webhook(...)`); None once taken, so later calls (from handlers) are refused.
     handoff: Mutex<Option<Handoff>>,
-    /// Set once the script used an access to the outside (the cluster) or wrote a log
-    /// record: what it computed, or did, belongs to whoever ran it, so its top level
-    /// cannot stand for another controller's (see [`Host::reached`]).
+    /// Set once the script used an access to the outside (the cluster), wrote a log
+    /// record, or read the clock or randomness: what it computed, or did, belongs to
+    /// whoever ran it, so its top level cannot stand for another controller's (see
+    /// [`Host::reached`]).
     reached: std::sync::atomic::AtomicBool,
     /// `(shared, own)`: the script runs a top level evaluated under another file name
     /// (another controller's, with the same source); messages name its own file
@@ -353,7 +354,16 @@ impl Host {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether the script has, so far, used an allowed access or written a log record.
+    /// Marks the script run by `eval` as having drawn on something that differs from
+    /// one run to the next (the clock, randomness): see [`Host::reached`].
+    pub fn mark_reached_by(eval: &Evaluator) {
+        if let Ok(host) = Host::of(eval) {
+            host.mark_reached();
+        }
+    }
+
+    /// Whether the script has, so far, used an allowed access, written a log record or
+    /// drawn on the clock or on randomness.
     /// A top level that has not computed only from its source and its vars: another
     /// controller with the same source, vars and namespace may use its frozen module.
     pub fn reached(&self) -> bool {
@@ -410,5 +420,31 @@ mod tests {
         assert!(!host.reached());
         host.allow_handoff("k8s.control", Access::K8s).ok();
         assert!(!host.reached(), "handing over reaches nothing");
+    }
+}
+
+#[cfg(test)]
+mod reached_tests {
+    use crate::script::builtins::testing::reaches;
+
+    /// Issue 28/26: a top level that read the clock or drew randomness is not shared
+    /// (what it computed differs from one run to the next); pure computation is.
+    #[test]
+    fn the_clock_and_randomness_make_a_top_level_its_own() {
+        for code in [
+            "x = time.now()",
+            "x = uuid.v4()",
+            "x = time.since(time.parse(\"2006-01-02\", \"2020-01-01\"))",
+            "x = time.try_until(time.parse(\"2006-01-02\", \"2020-01-01\"))",
+        ] {
+            assert!(reaches(code), "{code}");
+        }
+        for code in [
+            "x = [1, 2] + [3]",
+            "x = json.encode({\"a\": 1})",
+            "x = time.parse(\"2006-01-02\", \"2020-01-01\")",
+        ] {
+            assert!(!reaches(code), "{code}");
+        }
     }
 }

@@ -103,6 +103,28 @@ pub(crate) mod testing {
         eval_with(Vars::default(), code)
     }
 
+    /// Whether running `code` (which must succeed) marked its host as having reached
+    /// outside the script ([`Host::reached`]).
+    pub fn reaches(code: &str) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let host = Host::new(
+            Library::standard(),
+            Vars::default(),
+            Permissions::default(),
+            rt.handle().clone(),
+        );
+        Module::with_temp_heap(|module| {
+            let ast = AstModule::parse("test.star", code.to_owned(), &Dialect::Extended).unwrap();
+            let mut eval = Evaluator::new(&module);
+            eval.extra = Some(&host);
+            eval.eval_module(ast, host.library.globals()).unwrap();
+        });
+        host.reached()
+    }
+
     /// Runs `code` with every permission (`--allow-all`).
     pub fn eval_allowing(code: &str) -> Result<String, String> {
         run(Vars::default(), Permissions::all(), code)

@@ -105,7 +105,9 @@ fn or_fail<T>(r: Result<T, String>) -> anyhow::Result<T> {
 #[starlark_module]
 fn time_functions(builder: &mut GlobalsBuilder) {
     /// The current time (UTC).
-    fn now() -> anyhow::Result<TimeValue> {
+    fn now(eval: &mut Evaluator) -> anyhow::Result<TimeValue> {
+        // The clock: a top level that read it is its own controller's.
+        Host::mark_reached_by(eval);
         Ok(TimeValue::now())
     }
 
@@ -142,12 +144,20 @@ fn time_functions(builder: &mut GlobalsBuilder) {
     }
 
     /// How long ago `time` was.
-    fn since(#[starlark(require = pos)] time: Value) -> anyhow::Result<DurationValue> {
+    fn since(
+        #[starlark(require = pos)] time: Value,
+        eval: &mut Evaluator,
+    ) -> anyhow::Result<DurationValue> {
+        Host::mark_reached_by(eval);
         or_fail(elapsed("time.since", time, false))
     }
 
     /// How long until `time` (negative once it has passed).
-    fn until(#[starlark(require = pos)] time: Value) -> anyhow::Result<DurationValue> {
+    fn until(
+        #[starlark(require = pos)] time: Value,
+        eval: &mut Evaluator,
+    ) -> anyhow::Result<DurationValue> {
+        Host::mark_reached_by(eval);
         or_fail(elapsed("time.until", time, true))
     }
 
@@ -190,8 +200,10 @@ fn time_functions(builder: &mut GlobalsBuilder) {
     /// `since(...)` as a result.
     fn try_since<'v>(
         #[starlark(require = pos)] time: Value<'v>,
-        heap: Heap<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
+        Host::mark_reached_by(eval);
+        let heap = eval.heap();
         let outcome = elapsed("time.since", time, false).map(|d| heap.alloc(d));
         Ok(result(heap, outcome))
     }
@@ -199,8 +211,10 @@ fn time_functions(builder: &mut GlobalsBuilder) {
     /// `until(...)` as a result.
     fn try_until<'v>(
         #[starlark(require = pos)] time: Value<'v>,
-        heap: Heap<'v>,
+        eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
+        Host::mark_reached_by(eval);
+        let heap = eval.heap();
         let outcome = elapsed("time.until", time, true).map(|d| heap.alloc(d));
         Ok(result(heap, outcome))
     }
