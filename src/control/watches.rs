@@ -20,6 +20,12 @@ pub enum Role {
     Related(usize),
 }
 
+/// How long a refused watch is answered from memory.
+const REFUSAL_KEPT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Refusals remembered at once; past it, new ones are asked about each time.
+const MAX_REFUSALS: usize = 256;
+
 /// A running secondary informer.
 pub struct Watched {
     pub store: Arc<Store>,
@@ -35,6 +41,10 @@ pub struct Watches {
     primary: Mutex<Option<Subscription>>,
     /// Set by [`Watches::close`]: a reconcile still running opens nothing new.
     closed: std::sync::atomic::AtomicBool,
+    /// Watches refused lately, and when: asked again only after [`REFUSAL_KEPT`], so a
+    /// reconcile that keeps naming a kind it may not watch does not send the gate's
+    /// reviews (the operator's API calls) every time.
+    refused: Mutex<HashMap<(String, Role), (std::time::Instant, informers::Error)>>,
     access: Access,
     on_change: Callback,
     on_restart: Arc<dyn Fn() + Send + Sync>,
@@ -50,6 +60,7 @@ impl Watches {
             running: Mutex::default(),
             primary: Mutex::default(),
             closed: false.into(),
+            refused: Mutex::default(),
             access,
             on_change: Arc::new(on_change),
             on_restart: Arc::new(on_restart),
@@ -86,6 +97,11 @@ impl Watches {
         if let Some(w) = lock(&self.running).get(&(id.clone(), role)) {
             return Ok(w.clone());
         }
+        if let Some((at, e)) = lock(&self.refused).get(&(id.clone(), role))
+            && at.elapsed() < REFUSAL_KEPT
+        {
+            return Err(e.clone());
+        }
         let labels = (role == Role::Children).then_some(super::children::applyset::PART_OF_LABEL);
         let want = informers::Want {
             resource: ar,
@@ -94,7 +110,17 @@ impl Watches {
             labels,
             fields: None,
         };
-        let opened = self.access.open(session, &want).await?;
+        let opened = match self.access.open(session, &want).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                let mut refused = lock(&self.refused);
+                refused.retain(|_, (at, _)| at.elapsed() < REFUSAL_KEPT);
+                if refused.len() < MAX_REFUSALS {
+                    refused.insert((id, role), (std::time::Instant::now(), e.clone()));
+                }
+                return Err(e);
+            }
+        };
         let mut running = lock(&self.running);
         // Closed while this one waited for the gate: what it opened goes with it.
         if self.is_closed() {
@@ -147,4 +173,77 @@ impl Watches {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::future::BoxFuture;
+    use kube::discovery::ApiResource;
+
+    use super::*;
+    use crate::control::informers::{Admission, Gate, Informers};
+
+    /// Refuses everyone, counting the reviews it is asked.
+    #[derive(Default)]
+    struct Refusing(AtomicUsize);
+
+    impl Gate for Refusing {
+        fn admit<'a>(
+            &'a self,
+            user: &'a str,
+            _: &'a ApiResource,
+            _: Option<&'a str>,
+        ) -> BoxFuture<'a, informers::Result<Admission>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async move {
+                Err(informers::Error::Refuse(format!(
+                    "{user} may not watch nodes"
+                )))
+            })
+        }
+    }
+
+    /// Issue 26: a reconcile that keeps naming a kind it may not watch is answered from
+    /// memory, not with the operator's reviews every time.
+    #[tokio::test]
+    async fn a_refused_watch_is_not_asked_about_again_at_once() {
+        let gate = Arc::new(Refusing::default());
+        let informers = Informers::new(tokio::runtime::Handle::current(), Some(gate.clone()));
+        let watches = Watches::new(
+            informers.access(Some("system:serviceaccount:t:x".into()), Some("t")),
+            |_, _| {},
+            || {},
+        );
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let session =
+            Session::from_client(kube::Client::try_from(config).unwrap(), "t".into(), false);
+        let nodes = Resource {
+            api_resource: ApiResource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                plural: "nodes".into(),
+            },
+            namespaced: false,
+            verbs: vec![],
+            short_names: vec![],
+            singular: "node".into(),
+            subresources: vec![],
+        };
+        for _ in 0..5 {
+            let e = watches
+                .ensure(&session, &nodes, Role::Children, None)
+                .await
+                .err()
+                .unwrap();
+            assert_eq!(
+                e.to_string(),
+                "system:serviceaccount:t:x may not watch nodes"
+            );
+        }
+        assert_eq!(gate.0.load(Ordering::Relaxed), 1, "asked once");
+    }
 }

@@ -34,7 +34,12 @@ pub fn group_kind(api_version: &str, kind: &str) -> String {
     }
 }
 
-/// The kinds a parent's annotation lists.
+/// The most kinds read from a parent's annotation: more than any controller applies.
+/// Whoever may edit the parent may edit the annotation, and every kind listed costs
+/// each reconcile a lookup and a watch.
+pub const MAX_KINDS: usize = 64;
+
+/// The kinds a parent's annotation lists (the first [`MAX_KINDS`]).
 pub fn kinds_of(parent: &Json) -> Vec<String> {
     parent["metadata"]["annotations"][KINDS_ANNOTATION]
         .as_str()
@@ -42,6 +47,7 @@ pub fn kinds_of(parent: &Json) -> Vec<String> {
             s.split(',')
                 .map(str::trim)
                 .filter(|k| !k.is_empty())
+                .take(MAX_KINDS)
                 .map(str::to_owned)
                 .collect()
         })
@@ -66,6 +72,13 @@ mod tests {
         assert!(a.starts_with("applyset-") && a.ends_with("-v1"));
         // A label value: at most 63 characters, no padding.
         assert!(a.len() <= 63 && !a.contains('='), "{a}");
+    }
+
+    #[test]
+    fn an_annotation_listing_too_many_kinds_is_read_only_so_far() {
+        let many: Vec<String> = (0..1000).map(|i| format!("K{i}.x.io")).collect();
+        let parent = json!({"metadata": {"annotations": {KINDS_ANNOTATION: many.join(",")}}});
+        assert_eq!(kinds_of(&parent), many[..MAX_KINDS]);
     }
 
     #[test]

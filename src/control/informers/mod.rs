@@ -84,6 +84,26 @@ struct Scope {
 }
 
 impl Scope {
+    /// Whether both watch the same resource, namespace and selectors (whoever runs
+    /// them).
+    fn same_watch(&self, other: &Scope) -> bool {
+        (
+            &self.group,
+            &self.version,
+            &self.plural,
+            &self.namespace,
+            &self.labels,
+            &self.fields,
+        ) == (
+            &other.group,
+            &other.version,
+            &other.plural,
+            &other.namespace,
+            &other.labels,
+            &other.fields,
+        )
+    }
+
     /// `apps/deployments in t with labels a=b`, for messages.
     fn describe(&self) -> String {
         let mut s = if self.group.is_empty() {
@@ -299,6 +319,35 @@ impl Informers {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Refuses at once `scope` (whoever's) for `group` when the group is at its limit
+    /// and no informer of that resource, namespace and selectors runs.
+    ///
+    /// # Errors
+    /// [`Error::Limit`].
+    fn within_limit(&self, group: Option<&Arc<str>>, scope: &Scope) -> Result<()> {
+        let limit = self.group_limit.load(Ordering::Relaxed);
+        let Some(g) = group.filter(|_| limit != usize::MAX) else {
+            return Ok(());
+        };
+        let entries = self.lock_entries();
+        let live = || entries.iter().filter(|(_, e)| e.strong_count() > 0);
+        if live().any(|(s, _)| s.same_watch(scope)) {
+            return Ok(());
+        }
+        let used = live()
+            .filter_map(|(_, e)| e.upgrade())
+            .filter(|e| e.counts_for(g))
+            .count();
+        if used >= limit {
+            return Err(Error::Limit {
+                group: g.to_string(),
+                limit,
+                what: scope.describe(),
+            });
+        }
+        Ok(())
+    }
+
     /// The informer for `scope`, started with `client` when none runs.
     ///
     /// # Errors
@@ -402,6 +451,18 @@ impl Access {
     pub async fn open(&self, session: &Session, want: &Want<'_>) -> Result<Opened> {
         let ar = want.resource;
         let namespace = want.namespace.filter(|_| want.namespaced);
+        let mut scope = Scope {
+            group: ar.group.clone(),
+            version: ar.version.clone(),
+            plural: ar.plural.clone(),
+            namespace: namespace.map(str::to_owned),
+            labels: want.labels.map(str::to_owned),
+            fields: want.fields.map(str::to_owned),
+            owner: None,
+        };
+        // Before the gate's reviews: a group at its limit asking for a watch that no
+        // one runs costs the API server nothing.
+        self.informers.within_limit(self.group.as_ref(), &scope)?;
         let (client, owner) = match (&self.informers.gate, &self.user) {
             (Some(gate), Some(user)) => {
                 let admission = gate.admit(user, ar, namespace).await?;
@@ -420,15 +481,7 @@ impl Access {
             (None, _) => (session.client.clone(), None),
             (Some(_), None) => (session.client.clone(), Some(String::new())),
         };
-        let scope = Scope {
-            group: ar.group.clone(),
-            version: ar.version.clone(),
-            plural: ar.plural.clone(),
-            namespace: namespace.map(str::to_owned),
-            labels: want.labels.map(str::to_owned),
-            fields: want.fields.map(str::to_owned),
-            owner,
-        };
+        scope.owner = owner;
         Ok(Opened {
             entry: self
                 .informers

@@ -253,8 +253,9 @@ async fn a_callback_may_drop_a_subscription() {
     drop(first);
 }
 
-/// Admits everyone into the shared informers.
-struct Admitting;
+/// Admits everyone into the shared informers, counting the reviews.
+#[derive(Default)]
+struct Admitting(std::sync::atomic::AtomicUsize);
 
 impl Gate for Admitting {
     fn admit<'a>(
@@ -263,13 +264,15 @@ impl Gate for Admitting {
         _: &'a ApiResource,
         _: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Admission>> {
+        self.0.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move { Ok(Admission::Shared(client())) })
     }
 }
 
 #[tokio::test]
 async fn a_group_starts_no_more_informers_than_its_limit_but_may_join_others() {
-    let informers = Informers::new(tokio::runtime::Handle::current(), Some(Arc::new(Admitting)));
+    let gate = Arc::new(Admitting::default());
+    let informers = Informers::new(tokio::runtime::Handle::current(), Some(gate.clone()));
     informers.limit_groups(1);
     let tenant = informers.access(Some("system:serviceaccount:t:a".into()), Some("t"));
     let neighbour = informers.access(Some("system:serviceaccount:u:b".into()), Some("u"));
@@ -289,6 +292,11 @@ async fn a_group_starts_no_more_informers_than_its_limit_but_may_join_others() {
         "t's controllers already watch 1 distinct (kind, namespace, selectors), the operator's limit per namespace (--namespace-watches): watching configmaps in t with labels x=2 would start one more"
     );
     assert_eq!(informers.running(), 1, "the refused watch did not start");
+    assert_eq!(
+        gate.0.load(Ordering::Relaxed),
+        1,
+        "refused before any review was asked"
+    );
     // The neighbour has a limit of its own; the tenant may then join its informer,
     // which costs the process nothing more.
     let theirs = neighbour
