@@ -436,6 +436,8 @@ mod reached_tests {
             "x = uuid.v4()",
             "x = time.since(time.parse(\"2006-01-02\", \"2020-01-01\"))",
             "x = time.try_until(time.parse(\"2006-01-02\", \"2020-01-01\"))",
+            "x = retry.do(lambda: True, max_attempts = 1).elapsed",
+            "log.set_level(\"debug\")",
         ] {
             assert!(reaches(code), "{code}");
         }

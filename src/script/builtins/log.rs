@@ -184,10 +184,10 @@ fn emit(
 
 fn set_level(eval: &Evaluator<'_, '_, '_>, call: &str, level: &str) -> anyhow::Result<()> {
     let index = level_index(call, level).map_err(anyhow::Error::msg)?;
-    Host::of(eval)?
-        .ext::<Threshold>()
-        .0
-        .store(index, Ordering::Relaxed);
+    let host = Host::of(eval)?;
+    // The level is this controller's: a top level that set it is not another's.
+    host.mark_reached();
+    host.ext::<Threshold>().0.store(index, Ordering::Relaxed);
     Ok(())
 }
 

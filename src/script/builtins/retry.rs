@@ -155,6 +155,9 @@ fn run<'v>(
         .policy()
         .map_err(|e| anyhow::anyhow!("{call}: {e}"))?;
     let host = Host::of(eval)?;
+    // It reads the clock (its timeout, `.elapsed`) and draws jitter: a top level that
+    // retried is its own controller's.
+    host.mark_reached();
     let start = Instant::now();
     let deadline = policy.timeout.map(|t| start + t);
     let mut errors: Vec<String> = Vec::new();
