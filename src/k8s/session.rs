@@ -376,19 +376,33 @@ impl SessionCell {
 mod tests {
     use super::*;
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A cell pinned to a session in `namespace` of a client that reaches nothing.
+    fn pinned(namespace: &str) -> SessionCell {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cell = SessionCell::default();
+        cell.pin(Arc::new(Session::from_client(
+            client,
+            namespace.into(),
+            false,
+        )));
+        cell
+    }
+
     /// Issue 26: a script naming a new namespace on every call keeps no session per
     /// name (a hosted one could otherwise grow this map for as long as it runs).
     #[test]
     fn derived_sessions_kept_are_bounded() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _enter = rt.enter();
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let cell = SessionCell::default();
-        cell.pin(Arc::new(Session::from_client(client, "home".into(), false)));
+        let cell = pinned("home");
         for i in 0..(MAX_DERIVED * 3) {
             let key = SessionKey {
                 kubeconfig: None,
@@ -405,15 +419,9 @@ mod tests {
     /// first Event, counts it against the pinned session's namespace.
     #[test]
     fn derived_sessions_charge_their_events_to_the_pinned_namespace() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _enter = rt.enter();
-        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let cell = SessionCell::default();
-        cell.pin(Arc::new(Session::from_client(client, "home".into(), false)));
+        let cell = pinned("home");
         let key = SessionKey {
             kubeconfig: None,
             context: None,

@@ -325,17 +325,34 @@ impl Informers {
     /// # Errors
     /// [`Error::Limit`].
     fn within_limit(&self, group: Option<&Arc<str>>, scope: &Scope) -> Result<()> {
+        let entries = self.lock_entries();
+        if entries
+            .iter()
+            .any(|(s, e)| e.strong_count() > 0 && s.same_watch(scope))
+        {
+            return Ok(());
+        }
+        self.room_for(&entries, group, scope)
+    }
+
+    /// Whether `group` may start one more informer (`scope`) besides `entries`.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] when it already uses as many as [`Informers::limit_groups`]
+    /// allows.
+    fn room_for(
+        &self,
+        entries: &HashMap<Scope, Weak<Entry>>,
+        group: Option<&Arc<str>>,
+        scope: &Scope,
+    ) -> Result<()> {
         let limit = self.group_limit.load(Ordering::Relaxed);
         let Some(g) = group.filter(|_| limit != usize::MAX) else {
             return Ok(());
         };
-        let entries = self.lock_entries();
-        let live = || entries.iter().filter(|(_, e)| e.strong_count() > 0);
-        if live().any(|(s, _)| s.same_watch(scope)) {
-            return Ok(());
-        }
-        let used = live()
-            .filter_map(|(_, e)| e.upgrade())
+        let used = entries
+            .values()
+            .filter_map(Weak::upgrade)
             .filter(|e| e.counts_for(g))
             .count();
         if used >= limit {
@@ -365,23 +382,7 @@ impl Informers {
             return Ok(e);
         }
         entries.retain(|_, e| e.strong_count() > 0);
-        let limit = self.group_limit.load(Ordering::Relaxed);
-        if let Some(g) = group
-            && limit != usize::MAX
-        {
-            let used = entries
-                .values()
-                .filter_map(Weak::upgrade)
-                .filter(|e| e.counts_for(g))
-                .count();
-            if used >= limit {
-                return Err(Error::Limit {
-                    group: g.to_string(),
-                    limit,
-                    what: scope.describe(),
-                });
-            }
-        }
+        self.room_for(&entries, group, &scope)?;
         let ar = want.resource;
         let api = match scope.namespace.as_deref() {
             Some(ns) => kube::Api::namespaced_with(client, ns, ar),
