@@ -186,8 +186,8 @@ fn mib(bytes: usize) -> f64 {
 }
 
 /// Evaluates the script as `client`'s identity and starts its controller. A top level
-/// another controller of the namespace evaluated from the same source and vars is used
-/// as it is ([`super::modules`]).
+/// that another controller of the namespace and author evaluated from the same source
+/// and vars is used as it is ([`super::modules`]).
 ///
 /// # Errors
 /// A script error, a script without `k8s.control()`, a bad override, or a start failure

@@ -32,8 +32,8 @@ pub struct Printer {
     /// Where a hosted controller's lines are kept for its author (`kite logs`), as well.
     journal: Option<std::sync::Arc<crate::script::journal::Journal>>,
     /// The texts printed, as given, kept to be printed again for another controller
-    /// that shares this top level ([`Printer::recording`]).
-    tape: Option<Mutex<Vec<String>>>,
+    /// that shares this top level ([`Printer::recording`]); None once taken.
+    tape: Mutex<Option<Vec<String>>>,
 }
 
 /// The most texts a [`Printer::recording`] keeps: a hosted printer writes no more than
@@ -83,7 +83,7 @@ impl Printer {
             }),
             captured: None,
             journal: None,
-            tape: None,
+            tape: Mutex::new(None),
         }
     }
 
@@ -110,20 +110,24 @@ impl Printer {
         }
     }
 
-    /// Also keeps the first [`TAPE_LIMIT`] texts printed, for [`Printer::tape`].
+    /// Also keeps the first [`TAPE_LIMIT`] texts printed, until [`Printer::tape`].
     #[must_use]
-    pub fn recording(mut self) -> Self {
-        self.tape = Some(Mutex::default());
+    pub fn recording(self) -> Self {
+        *self
+            .tape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Vec::new());
         self
     }
 
-    /// The texts kept by [`Printer::recording`], each cut as a hosted printer would.
+    /// The texts kept by [`Printer::recording`], each cut as a hosted printer would;
+    /// stops keeping them (the handlers' lines are not a top level's).
     pub fn tape(&self) -> Vec<String> {
-        self.tape.as_ref().map_or_else(Vec::new, |t| {
-            t.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
-        })
+        self.tape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_default()
     }
 
     /// The lines captured since the last call (none unless [`capturing`](Self::capturing)).
@@ -203,13 +207,14 @@ impl Printer {
 
 impl PrintHandler for Printer {
     fn println(&self, text: &str) -> starlark::Result<()> {
-        if let Some(tape) = &self.tape {
-            let mut tape = tape
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if tape.len() < TAPE_LIMIT {
-                tape.push(contained(text));
-            }
+        if let Some(tape) = self
+            .tape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+            && tape.len() < TAPE_LIMIT
+        {
+            tape.push(contained(text));
         }
         let lines = self.admit(text, Instant::now());
         if lines.is_empty() {
@@ -270,6 +275,27 @@ fn refill_time(limit: RateLimit) -> std::time::Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recording_keeps_the_top_levels_texts_until_taken() {
+        let p = Printer::capturing().recording();
+        p.println("one").unwrap();
+        p.println(&"x".repeat(10_000)).unwrap();
+        let tape = p.tape();
+        assert_eq!(tape.len(), 2);
+        assert_eq!(tape[0], "one");
+        assert!(tape[1].len() <= MAX_HOSTED_LINE + 8, "cut as a hosted line");
+        p.println("a handler's").unwrap();
+        assert!(
+            p.tape().is_empty(),
+            "taken once: a handler's lines are not kept"
+        );
+        let q = Printer::capturing().recording();
+        for i in 0..(TAPE_LIMIT * 2) {
+            q.println(&i.to_string()).unwrap();
+        }
+        assert_eq!(q.tape().len(), TAPE_LIMIT, "bounded");
+    }
 
     /// A hosted line cannot pose as another controller's, and is cut at 4 KiB.
     #[test]
