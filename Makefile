@@ -93,8 +93,11 @@ bench: cluster-up
 ## (plus 20 ClusterStarlarkControllers on Pods), then three sharded replicas (not part
 ## of `make test`; about 8 minutes, KITE_BENCH_SIZES=100,500 for less). The table is
 ## printed and kept in target/bench/operator.md, with the operators' logs.
+## It installs the StarlarkController CRDs first (a fresh cluster has none).
 bench-operator: cluster-up
 	$(CARGO) build --release --locked
+	KUBECONFIG=$${KITE_CLUSTER_DIR:-$(CURDIR)/.cluster}/kubeconfig kubectl apply --server-side -f crds/starlarkcontroller.yaml
+	KUBECONFIG=$${KITE_CLUSTER_DIR:-$(CURDIR)/.cluster}/kubeconfig kubectl wait --for condition=established --timeout=60s -f crds/starlarkcontroller.yaml
 	$(CARGO) bench --locked --bench operator
 
 ## Faults injected into the local cluster (a TCP fault proxy, SIGSTOP of kite): every
