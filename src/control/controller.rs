@@ -114,7 +114,6 @@ impl Controller {
                 }
             },
         };
-        shared.queue.set_waker(pool.waker());
         let member = pool.join_group(
             Arc::new(super::worker::QueueSource {
                 shared: shared.clone(),
@@ -123,6 +122,10 @@ impl Controller {
             workers,
             group.as_deref(),
         );
+        let waker = pool.waker(member);
+        shared.queue.set_waker(waker.clone());
+        // A key added before the waker was set put nobody in line: look once more.
+        waker();
         let ns = shared.spec.namespace.as_deref().unwrap_or("*");
         tracing::info!(controller = %shared.name, kind = %shared.target.display_name(), namespace = %ns, workers, pool = pool.size(), "controller started");
         Ok(Self {

@@ -1,6 +1,8 @@
 //! A bounded pool of worker threads shared by many controllers (the operator's hosted
 //! ones): each controller's `workers` is its most jobs at once in the pool, and the
 //! pool turns from one controller to the next so a busy one cannot take every thread.
+//! Only controllers that may have work are in line for a thread ([`schedule`]), so an
+//! operator's thousands of idle ones cost nothing while a few are busy.
 //! Per-key ordering stays the queue's own business: a key is never handed out twice.
 //!
 //! Handlers may block (a script looping until its time budget, a long `wait_for`): when
@@ -23,13 +25,16 @@ use std::time::{Duration, Instant};
 use super::queue::Waker;
 
 mod parked;
+mod schedule;
 pub use parked::Held;
 
 /// Work a pool serves: one controller's queue.
 pub trait Source: Send + Sync {
     /// A job for one ready key, or `None` when nothing may run now.
     fn take(&self) -> Option<Box<dyn FnOnce() + Send>>;
-    /// How long until a delayed key is due.
+    /// How long until it has a job: zero when it has one now, `None` when it has
+    /// nothing waiting (or may take nothing, as a standby). The pool asks a member out
+    /// of line about once a second, and one whose job is not ready yet after its turn.
     fn next_due_in(&self) -> Option<Duration>;
     /// Told once, on a pool thread, when this member gets no more jobs for good (see
     /// [`Held`]); it should say so where its owner looks.
@@ -85,15 +90,15 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    members: Vec<Member>,
+    members: HashMap<u64, Member>,
+    /// Who is in line for a thread, and when delayed work is due.
+    schedule: schedule::Schedule,
     /// Threads alive (parked ones included), and each busy one's job (by thread number).
     alive: usize,
     started: std::collections::HashMap<usize, Busy>,
     /// What parked threads did to members and groups.
     parked: parked::Parked,
     next_thread: usize,
-    /// Where the next search starts: the member after the last one served.
-    cursor: usize,
     next_id: u64,
     shut_down: bool,
 }
@@ -114,7 +119,6 @@ struct Thread {
 }
 
 struct Member {
-    id: u64,
     source: Arc<dyn Source>,
     /// The tenant it belongs to (the operator: a namespace); None for a pool of one
     /// owner (`kite run`), where groups do not matter.
@@ -128,6 +132,10 @@ struct Member {
     /// Gets no more jobs for good, and whether it was told (see [`Held`]).
     held: Option<Held>,
     told: bool,
+    /// In line for a thread (see [`schedule`]).
+    queued: bool,
+    /// When its delayed work is due, if it waits for it.
+    timer: Option<Instant>,
 }
 
 impl Pool {
@@ -200,30 +208,37 @@ impl Pool {
         state.next_id += 1;
         let group: Option<Arc<str>> = group.map(Arc::from);
         let held = group.as_ref().and_then(|g| state.parked.group_held(g));
-        state.members.push(Member {
+        state.parked.untold |= held.is_some();
+        state.members.insert(
             id,
-            source,
-            group,
-            limit: limit.max(1),
-            in_flight: 0,
-            leaving: false,
-            lost: 0,
-            held,
-            told: false,
-        });
+            Member {
+                source,
+                group,
+                limit: limit.max(1),
+                in_flight: 0,
+                leaving: false,
+                lost: 0,
+                held,
+                told: false,
+                queued: false,
+                timer: None,
+            },
+        );
+        state.enqueue(id);
         drop(state);
-        self.inner.wake.notify_all();
+        self.inner.wake.notify_one();
         id
     }
 
-    /// What a member's queue calls when it may have work.
-    pub fn waker(&self) -> Waker {
+    /// What member `id`'s queue calls when it may have work: puts the member in line.
+    pub fn waker(&self, id: u64) -> Waker {
         let inner = Arc::downgrade(&self.inner);
         Arc::new(move || {
             if let Some(inner) = inner.upgrade() {
                 // Under the lock, so a thread between its search and its wait cannot miss it.
-                let _state = inner.lock();
-                inner.wake.notify_one();
+                if inner.lock().enqueue(id) {
+                    inner.wake.notify_one();
+                }
             }
         })
     }
@@ -235,13 +250,14 @@ impl Pool {
         let deadline = Instant::now() + timeout;
         let mut state = self.inner.lock();
         loop {
-            let Some(pos) = state.members.iter().position(|m| m.id == id) else {
+            let Some(member) = state.members.get_mut(&id) else {
                 return true;
             };
-            state.members[pos].leaving = true;
-            let member = &state.members[pos];
+            member.leaving = true;
             if member.in_flight == member.lost {
-                state.members.remove(pos);
+                if let Some(m) = state.members.remove(&id) {
+                    state.removed(m.group.as_ref(), m.queued);
+                }
                 return true;
             }
             let now = Instant::now();
@@ -263,8 +279,7 @@ impl Pool {
         self.inner
             .lock()
             .members
-            .iter()
-            .find(|m| m.id == id)
+            .get(&id)
             .map_or(0, |m| m.in_flight)
     }
 
@@ -360,7 +375,12 @@ fn watch_stalls(inner: &std::sync::Weak<Inner>) {
             if state.shut_down {
                 return;
             }
+            let lost_before = state.parked.threads();
             let tell = parked::look(&mut state, Some(inner.margin));
+            if state.parked.threads() > lost_before {
+                // A member leaving waits for its jobs, but not for lost ones.
+                inner.idle.notify_all();
+            }
             // Lost threads do not serve: the pool replaces them, up to as many again as
             // its cap (past that, the memory and CPU they keep are the limit).
             let parked = state.parked.threads();
@@ -396,72 +416,6 @@ pub fn group_limit(cap: usize, active: usize) -> usize {
     cap.div_ceil(active + 1).max(1)
 }
 
-/// Groups at their limit now: their members take no new job.
-fn full_groups(state: &State, cap: usize) -> HashSet<Arc<str>> {
-    if !state.members.iter().any(|m| m.group.is_some()) {
-        return HashSet::new();
-    }
-    let mut running: HashMap<Arc<str>, usize> = HashMap::new();
-    let mut active: HashSet<Arc<str>> = HashSet::new();
-    for m in &state.members {
-        let Some(g) = &m.group else { continue };
-        // Jobs on lost threads hold no thread of the pool's (it replaced them), and a
-        // held member takes no more: neither makes its group busy.
-        let serving = m.in_flight - m.lost;
-        *running.entry(g.clone()).or_default() += serving;
-        let ready = !m.leaving
-            && m.held.is_none()
-            && m.in_flight < m.limit
-            && m.source.next_due_in().is_some_and(|d| d.is_zero());
-        if serving > 0 || ready {
-            active.insert(g.clone());
-        }
-    }
-    let limit = group_limit(cap, active.len());
-    running
-        .into_iter()
-        .filter(|(_, n)| *n >= limit)
-        .map(|(g, _)| g)
-        .collect()
-}
-
-/// The next job, searching the members round-robin from the cursor.
-fn pick(state: &mut State, cap: usize) -> Option<(u64, Box<dyn FnOnce() + Send>)> {
-    let full = full_groups(state, cap);
-    let n = state.members.len();
-    for i in 0..n {
-        let at = (state.cursor + i) % n;
-        let m = &mut state.members[at];
-        if m.leaving
-            || m.held.is_some()
-            || m.in_flight >= m.limit
-            || m.group.as_ref().is_some_and(|g| full.contains(g))
-        {
-            continue;
-        }
-        if let Some(job) = m.source.take() {
-            m.in_flight += 1;
-            let id = m.id;
-            state.cursor = at + 1;
-            return Some((id, job));
-        }
-    }
-    None
-}
-
-/// How long to sleep: until the earliest due key of a member that may take it.
-fn wait_for(state: &State, cap: usize) -> Duration {
-    let full = full_groups(state, cap);
-    state
-        .members
-        .iter()
-        .filter(|m| !m.leaving && m.held.is_none() && m.in_flight < m.limit)
-        .filter(|m| !m.group.as_ref().is_some_and(|g| full.contains(g)))
-        .filter_map(|m| m.source.next_due_in())
-        .min()
-        .map_or(IDLE_WAIT, |d| d.clamp(Duration::from_millis(1), IDLE_WAIT))
-}
-
 fn run(inner: &Inner, number: usize, thread: &Arc<Thread>) {
     let mut state = inner.lock();
     let mut idle_since = Instant::now();
@@ -477,7 +431,11 @@ fn run(inner: &Inner, number: usize, thread: &Arc<Thread>) {
             state = inner.lock();
             continue;
         }
-        if let Some((id, job)) = pick(&mut state, inner.cap) {
+        if let Some((id, job)) = state.pick(inner.cap, Instant::now()) {
+            if state.schedule.has_ready() {
+                // More in line: another thread may take it while this one works.
+                inner.wake.notify_one();
+            }
             let busy = Busy {
                 since: Instant::now(),
                 member: id,
@@ -490,9 +448,16 @@ fn run(inner: &Inner, number: usize, thread: &Arc<Thread>) {
             state = inner.lock();
             state.started.remove(&number);
             let lost = state.parked.found(number);
-            if let Some(m) = state.members.iter_mut().find(|m| m.id == id) {
+            if let Some(m) = state.members.get_mut(&id) {
                 m.in_flight -= 1;
                 m.lost -= usize::from(lost);
+                let group = m.group.clone();
+                // A lost job's thread was counted off its group when it was lost.
+                if !lost {
+                    state.ran(group.as_ref(), -1);
+                }
+                // It may have more, and may take them now that it runs one fewer.
+                state.enqueue(id);
             }
             inner.idle.notify_all();
             if lost {
@@ -512,7 +477,7 @@ fn run(inner: &Inner, number: usize, thread: &Arc<Thread>) {
             state.alive -= 1;
             return;
         }
-        let wait = wait_for(&state, inner.cap);
+        let wait = state.schedule.wait_for(Instant::now());
         state = inner
             .wake
             .wait_timeout(state, wait)

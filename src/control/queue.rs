@@ -426,6 +426,20 @@ where
         state.next_due().map(|at| at.saturating_duration_since(now))
     }
 
+    /// How long until a key may be taken: zero when one is ready now (a delayed one
+    /// that is due counts), `None` when none waits or after shutdown.
+    pub fn next_work_in(&self) -> Option<Duration> {
+        let mut state = self.lock();
+        if state.shut_down {
+            return None;
+        }
+        if !state.ready.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let now = self.inner.config.clock.now();
+        state.next_due().map(|at| at.saturating_duration_since(now))
+    }
+
     /// Marks processing finished; if the key was added while processing, it is queued again now.
     pub fn done(&self, key: &K) {
         let ready = {

@@ -36,7 +36,7 @@ impl super::pool::Source for QueueSource {
         if !self.shared.is_leading() {
             return None;
         }
-        self.shared.queue.next_due_in()
+        self.shared.queue.next_work_in()
     }
 
     fn held(&self, why: super::pool::Held) {

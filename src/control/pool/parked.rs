@@ -57,6 +57,8 @@ pub(super) struct Parked {
     groups: HashMap<Arc<str>, usize>,
     /// `memory::parked()` at the last look: no new parked thread while it is unchanged.
     seen: usize,
+    /// A member may be held and not told yet (one that joined a held group).
+    pub(super) untold: bool,
 }
 
 impl Parked {
@@ -99,6 +101,8 @@ pub(super) fn look(state: &mut State, stuck: Option<Duration>) -> Vec<(Arc<dyn S
     let new_parked = now != parked.seen;
     parked.seen = now;
     let mut changed = false;
+    // Groups whose threads were lost: they hold fewer of the pool's.
+    let mut lost_from: Vec<Arc<str>> = Vec::new();
     for (number, busy) in started.iter() {
         if parked.threads.contains(number) {
             continue;
@@ -113,7 +117,7 @@ pub(super) fn look(state: &mut State, stuck: Option<Duration>) -> Vec<(Arc<dyn S
         if !parked_here && !stuck_here {
             continue;
         }
-        let Some(m) = members.iter_mut().find(|m| m.id == busy.member) else {
+        let Some(m) = members.get_mut(&busy.member) else {
             continue;
         };
         // Only members of a group (the operator's hosted controllers) are held for it.
@@ -134,21 +138,30 @@ pub(super) fn look(state: &mut State, stuck: Option<Duration>) -> Vec<(Arc<dyn S
         m.held.get_or_insert(why);
         if let Some(g) = &m.group {
             *parked.groups.entry(g.clone()).or_default() += 1;
+            lost_from.push(g.clone());
         }
     }
+    if !changed && !parked.untold {
+        return Vec::new();
+    }
+    parked.untold = false;
     if changed {
-        for m in members.iter_mut().filter(|m| m.held.is_none()) {
+        for m in members.values_mut().filter(|m| m.held.is_none()) {
             m.held = m.group.as_ref().and_then(|g| parked.group_held(g));
         }
     }
-    members
-        .iter_mut()
+    let tell = members
+        .values_mut()
         .filter(|m| m.held.is_some() && !m.told)
         .filter_map(|m| {
             m.told = true;
             Some((m.source.clone(), m.held?))
         })
-        .collect()
+        .collect();
+    for g in &lost_from {
+        state.ran(Some(g), -1);
+    }
+    tell
 }
 
 /// Tells each member why it is held.
