@@ -41,7 +41,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The user who wrote a spec, as the API server authenticated them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Author {
     pub username: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -263,6 +263,8 @@ fn context(
         ),
         discovery: Discovery::new(client.clone()),
         ceiling: opts.ceiling.clone(),
+        ceilings: Arc::default(),
+        reviews: Arc::default(),
         handler_budget: opts.handler_budget,
         limits: opts.limits.clone(),
         operator_namespace: opts.operator_namespace.clone(),

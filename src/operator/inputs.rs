@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use super::approval;
 use super::assessment::read_script;
-use super::ceiling::{self, Ceiling};
+use super::ceiling::Ceiling;
 use super::decision::Decision;
 use super::reconciler::{Context, Error, Result};
 use super::registry::Key;
@@ -49,11 +49,9 @@ impl Inputs {
             .map_err(Error::ReadScript)?;
         // The ceiling is part of what was decided: when the administrator changes it, every
         // controller is checked against it again (at the latest on the next ctx.recheck).
-        let ceiling = match Ceiling::fetch(&ctx.client, &ctx.ceiling).await {
-            Ok(c) => Ok(c),
-            Err(e @ ceiling::Error::FindCeiling(_)) => Err(e.to_string()),
-            Err(e) => return Err(Error::ReadCeiling(e)),
-        };
+        let ceiling = Ceiling::read(&ctx.ceilings, &ctx.client, &ctx.ceiling)
+            .await
+            .map_err(Error::ReadCeiling)?;
         let approval = cr.annotations().get(approval::ANNOTATION).cloned();
         let fingerprint = {
             let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -36,6 +36,7 @@ pub(super) async fn controller<K: Tenant>(
 ) {
     let crs = K::api_all(client, opts.namespace.as_deref());
     let (mapper_registry, ceiling_registry) = (registry.clone(), registry.clone());
+    let ceilings = ctx.ceilings.clone();
     let of_kind = |keys: Vec<Key>| {
         keys.into_iter()
             .filter_map(object_ref::<K>)
@@ -51,6 +52,8 @@ pub(super) async fn controller<K: Tenant>(
         )
         // A change to the ceiling (or to a role aggregated into it) re-checks everything.
         .watches_stream(taps.ceiling.take(), move |_: ClusterRole| {
+            // Before the re-checks are queued, so that each reads the new rules.
+            ceilings.changed();
             of_kind(ceiling_registry.keys())
         })
         // Someone deleting or editing a generated role, binding or account: restore it.

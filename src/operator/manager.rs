@@ -23,7 +23,7 @@ use super::fanout::Taps;
 use super::kinds;
 use super::registration::{self, Endpoint, Registration};
 use super::registry::{Key, Registry};
-use super::resource::{ClusterStarlarkController, StarlarkController};
+use super::resource::{ClusterStarlarkController, StarlarkController, StarlarkControllerStatus};
 use super::tenant::is_cluster_key;
 use super::trigger;
 use super::webhook;
@@ -465,35 +465,60 @@ async fn flush_statuses(
             () = &mut stop => return,
             _ = tick.tick() => {}
         }
-        for (key, status) in registry.pending_statuses() {
-            let body = Patch::Merge(json!({ "status": status }));
-            let params = PatchParams::default();
-            let (ns, name) = &key;
-            let write = async {
-                if is_cluster_key(&key) {
-                    let api: Api<ClusterStarlarkController> = Api::all(client.clone());
-                    api.patch_status(name, &params, &body).await.map(drop)
-                } else {
-                    let api: Api<StarlarkController> = Api::namespaced(client.clone(), ns);
-                    api.patch_status(name, &params, &body).await.map(drop)
-                }
-            };
-            let shown = if ns.is_empty() {
-                name.clone()
-            } else {
-                format!("{ns}/{name}")
-            };
-            match tokio::time::timeout(Duration::from_secs(10), write).await {
-                Ok(Ok(())) => registry.written(&key, status),
-                // Deleted meanwhile: its entry goes with the finalizer.
-                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(controller = %shown, error = %e, "writing status");
-                }
-                Err(_) => {
-                    tracing::warn!(controller = %shown, "writing status timed out");
-                }
-            }
+        // A few at a time: after a restart every controller's status is new, and one
+        // write after another left thousands of Ready controllers unreported for a minute.
+        let writes = registry
+            .pending_statuses()
+            .into_iter()
+            .map(|(key, status)| {
+                let (client, registry) = (&client, &registry);
+                async move { write_status(client, registry, key, status).await }
+            });
+        futures::StreamExt::for_each_concurrent(
+            futures::stream::iter(writes),
+            STATUS_WRITES,
+            |w| w,
+        )
+        .await;
+    }
+}
+
+/// Status writes under way at once.
+const STATUS_WRITES: usize = 16;
+
+/// Writes one controller's status, and records it as written.
+async fn write_status(
+    client: &kube::Client,
+    registry: &Registry,
+    key: Key,
+    status: StarlarkControllerStatus,
+) {
+    let body = Patch::Merge(json!({ "status": status }));
+    let params = PatchParams::default();
+    let (ns, name) = &key;
+    let write = async {
+        if is_cluster_key(&key) {
+            let api: Api<ClusterStarlarkController> = Api::all(client.clone());
+            api.patch_status(name, &params, &body).await.map(drop)
+        } else {
+            let api: Api<StarlarkController> = Api::namespaced(client.clone(), ns);
+            api.patch_status(name, &params, &body).await.map(drop)
+        }
+    };
+    let shown = if ns.is_empty() {
+        name.clone()
+    } else {
+        format!("{ns}/{name}")
+    };
+    match tokio::time::timeout(Duration::from_secs(10), write).await {
+        Ok(Ok(())) => registry.written(&key, status),
+        // Deleted meanwhile: its entry goes with the finalizer.
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+        Ok(Err(e)) => {
+            tracing::warn!(controller = %shown, error = %e, "writing status");
+        }
+        Err(_) => {
+            tracing::warn!(controller = %shown, "writing status timed out");
         }
     }
 }

@@ -16,7 +16,7 @@
 //! No author gets more than they hold: the admission [`webhook`] (TLS from [`certs`],
 //! kept registered by [`registration`]) runs the same [`assessment`] as the reconciler,
 //! asks the API server whether the requesting user holds every permission it implies
-//! ([`authority`]), and stamps what passes with a signed [`approval`]
+//! ([`authority`]; a start reuses answers allowed a moment ago, [`reviews`]), and stamps what passes with a signed [`approval`]
 //! ([`admission`]); the reconciler runs only approved specs. `kite crd`
 //! prints the [`resource`] definitions, kept in `crds/starlarkcontroller.yaml`.
 
@@ -48,6 +48,7 @@ pub mod reconciler;
 pub mod registration;
 pub mod registry;
 pub mod resource;
+pub mod reviews;
 pub mod shard;
 pub mod startup;
 pub mod status;

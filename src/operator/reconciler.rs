@@ -43,6 +43,10 @@ pub struct Context {
     pub discovery: Discovery,
     /// The name of the ceiling ClusterRole.
     pub ceiling: String,
+    /// The ceiling as last read, until its watch reports a change.
+    pub ceilings: Arc<ceiling::Cache>,
+    /// Authors' permissions allowed a moment ago, for starts (never for re-checks).
+    pub reviews: Arc<super::reviews::Reviews>,
     pub handler_budget: Duration,
     pub limits: crate::script::host::Limits,
     /// Where ClusterStarlarkControllers' ServiceAccounts and scripts live.
@@ -412,7 +416,11 @@ async fn authorize<'a, K: Tenant>(
     mut d: Decision<'a>,
 ) -> Step<Decision<'a>> {
     let permissions = assessment::permissions(cr, runnable, &ctx.operator_namespace);
-    match first_denied(&ctx.client, &author, &permissions).await {
+    let denied = ctx
+        .reviews
+        .first_denied(&ctx.client, &author, &permissions)
+        .await;
+    match denied {
         Ok(None) => {}
         Ok(Some(message)) => {
             // Looked at again later: the author may be given the permission.

@@ -1,0 +1,145 @@
+//! The author reviews a start asks, answered "allowed" a moment ago: an operator that
+//! restarts starts thousands of controllers by a few authors, each needing the same few
+//! permissions, and asked the API server the same SubjectAccessReviews thousands of
+//! times (30 000 for 5000 controllers, which then waited on it).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::approval::Author;
+use super::authority::{Permission, Result, first_denied};
+
+/// How long an "allowed" answer stands in for another review. A permission taken away
+/// from the author within it is seen by the next start after it, and by every running
+/// controller's own re-check (`--recheck-period`), which never uses these answers.
+const ALLOWED_FOR: Duration = Duration::from_secs(10);
+
+/// The most answers kept; past it the oldest go (each answer is one author and one
+/// permission, so a flood of distinct ones costs reviews, not memory).
+const MAX_ANSWERS: usize = 4096;
+
+/// The permission's attributes, as reviewed (not why it is needed).
+type Attributes = [String; 6];
+
+/// "Allowed" answers of author reviews, for [`ALLOWED_FOR`].
+#[derive(Default)]
+pub struct Reviews {
+    allowed: Mutex<HashMap<(Author, Attributes), Instant>>,
+}
+
+fn attributes(p: &Permission) -> Attributes {
+    [
+        p.verb.clone(),
+        p.group.clone(),
+        p.resource.clone(),
+        p.subresource.clone(),
+        p.namespace.clone(),
+        p.name.clone(),
+    ]
+}
+
+impl Reviews {
+    /// [`first_denied`], asking only about the permissions not allowed a moment ago.
+    /// Denials are never kept: a permission granted since is seen at once.
+    ///
+    /// # Errors
+    /// As [`first_denied`].
+    pub async fn first_denied(
+        &self,
+        client: &kube::Client,
+        author: &Author,
+        wanted: &[Permission],
+    ) -> Result<Option<String>> {
+        let unknown: Vec<Permission> = {
+            let allowed = self.lock();
+            wanted
+                .iter()
+                .filter(|p| {
+                    allowed
+                        .get(&(author.clone(), attributes(p)))
+                        .is_none_or(|at| at.elapsed() >= ALLOWED_FOR)
+                })
+                .cloned()
+                .collect()
+        };
+        if unknown.is_empty() {
+            return Ok(None);
+        }
+        let denied = first_denied(client, author, &unknown).await?;
+        if denied.is_none() {
+            self.remember(author, &unknown);
+        }
+        Ok(denied)
+    }
+
+    fn remember(&self, author: &Author, allowed: &[Permission]) {
+        let mut answers = self.lock();
+        let now = Instant::now();
+        answers.retain(|_, at| now.duration_since(*at) < ALLOWED_FOR);
+        for p in allowed {
+            if answers.len() >= MAX_ANSWERS {
+                break;
+            }
+            answers.insert((author.clone(), attributes(p)), now);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Author, Attributes), Instant>> {
+        self.allowed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn permission(verb: &str, why: &str) -> Permission {
+        Permission {
+            verb: verb.into(),
+            group: "apps".into(),
+            resource: "deployments".into(),
+            subresource: String::new(),
+            namespace: "team".into(),
+            name: String::new(),
+            why: why.into(),
+        }
+    }
+
+    fn known(r: &Reviews, author: &Author, p: &Permission) -> bool {
+        r.lock()
+            .get(&(author.clone(), attributes(p)))
+            .is_some_and(|at| at.elapsed() < ALLOWED_FOR)
+    }
+
+    #[test]
+    fn an_answer_is_for_one_author_and_one_permission_whatever_needs_it() {
+        let r = Reviews::default();
+        let alice = Author {
+            username: "alice".into(),
+            ..Author::default()
+        };
+        let mut alice_in_admins = alice.clone();
+        alice_in_admins.groups = vec!["admins".into()];
+        r.remember(&alice, &[permission("patch", "a.star:3")]);
+        assert!(known(&r, &alice, &permission("patch", "b.star:9")));
+        assert!(!known(&r, &alice, &permission("delete", "a.star:3")));
+        assert!(
+            !known(&r, &alice_in_admins, &permission("patch", "a.star:3")),
+            "other groups are another identity"
+        );
+    }
+
+    #[test]
+    fn answers_are_bounded() {
+        let r = Reviews::default();
+        let author = Author::default();
+        let many: Vec<Permission> = (0..MAX_ANSWERS + 10)
+            .map(|i| permission(&format!("verb{i}"), ""))
+            .collect();
+        r.remember(&author, &many);
+        assert_eq!(r.lock().len(), MAX_ANSWERS);
+    }
+}
