@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value as Json, json};
 
 use crate::cluster::{self, Namespaces};
@@ -247,18 +247,69 @@ impl Fleet {
         timeout: Duration,
         done: impl Fn(&Json) -> bool,
     ) -> anyhow::Result<Duration> {
+        // Watched, not polled: a LIST of thousands of controllers (scripts included)
+        // twice a second was a load on the API server the operator then competed with.
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + timeout;
         let want = self.size + self.cluster;
+        let config = watcher::Config::default().labels(&self.selector());
+        let kinds = [
+            ("StarlarkController", "starlarkcontrollers"),
+            ("ClusterStarlarkController", "clusterstarlarkcontrollers"),
+        ];
+        let streams = kinds.map(|(kind, plural)| {
+            let api: Api<DynamicObject> =
+                Api::all_with(self.client.clone(), &resource(kind, plural));
+            watcher(api, config.clone())
+                .default_backoff()
+                .map(move |e| (kind, e))
+                .boxed()
+        });
+        let mut events = futures::stream::select_all(streams);
+        // Per kind, each object's key and whether it is done; `pending` while listing.
+        let mut seen: HashMap<&str, HashMap<String, bool>> = HashMap::new();
+        let mut pending: HashMap<&str, HashMap<String, bool>> = HashMap::new();
         loop {
-            let all = self.all().await?;
-            let ok = all.iter().filter(|o| done(o)).count();
-            if all.len() == want && ok == want {
+            let total: usize = seen.values().map(HashMap::len).sum();
+            let ok: usize = seen
+                .values()
+                .map(|m| m.values().filter(|d| **d).count())
+                .sum();
+            if total == want && ok == want {
                 return Ok(started.elapsed());
             }
-            if started.elapsed() > timeout {
+            let Ok(next) = tokio::time::timeout_at(deadline, events.next()).await else {
                 bail!("{ok}/{want} after {timeout:?}");
+            };
+            let Some((kind, event)) = next else {
+                bail!("the watch of {want} controllers ended");
+            };
+            let entry = |o: &DynamicObject| -> anyhow::Result<(String, bool)> {
+                let json = serde_json::to_value(o)?;
+                let (ns, name) = key(&json);
+                Ok((format!("{ns}/{name}"), done(&json)))
+            };
+            match event {
+                Ok(watcher::Event::Init) => {
+                    pending.insert(kind, HashMap::new());
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    let (k, d) = entry(&o)?;
+                    pending.entry(kind).or_default().insert(k, d);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    seen.insert(kind, pending.remove(kind).unwrap_or_default());
+                }
+                Ok(watcher::Event::Apply(o)) => {
+                    let (k, d) = entry(&o)?;
+                    seen.entry(kind).or_default().insert(k, d);
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    let (k, _) = entry(&o)?;
+                    seen.entry(kind).or_default().remove(&k);
+                }
+                Err(e) => eprintln!("   the watch of the controllers failed, retrying: {e}"),
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
