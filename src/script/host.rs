@@ -425,7 +425,7 @@ mod tests {
 
 #[cfg(test)]
 mod reached_tests {
-    use crate::script::builtins::testing::reaches;
+    use crate::script::builtins::snippets::reaches;
 
     /// Issue 28/26: a top level that read the clock or drew randomness is not shared
     /// (what it computed differs from one run to the next); pure computation is.

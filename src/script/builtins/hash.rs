@@ -361,7 +361,7 @@ pub fn hash_files(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn digests_of_text_as_the_standard_vectors() {
@@ -407,7 +407,7 @@ mod tests {
             "\"86f7e437faa5a7fce15d1ddcb9eaeaea377667b8\""
         );
         assert_eq!(
-            crate::script::builtins::testing::eval_allowing(
+            crate::script::builtins::snippets::eval_allowing(
                 "f = hash.file('/tmp/x')\n(f.path, type(f))"
             )
             .unwrap(),
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn files_and_try() {
-        use crate::script::builtins::testing::eval_allowing;
+        use crate::script::builtins::snippets::eval_allowing;
         let dir = std::env::temp_dir().join(format!("kite-hash-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f.txt");

@@ -75,7 +75,7 @@ pub fn json_namespace(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     /// Issue 26: a value that repeats a shared one (512 million strings in a few KB of
     /// heap) is not copied out past the memory budget or the deadline.
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn files_and_sources_need_the_flag() {
-        use crate::script::builtins::testing::eval_allowing;
+        use crate::script::builtins::snippets::eval_allowing;
         let e = eval("json.file('x.json')").unwrap_err();
         assert!(e.contains("json.file needs --allow-fs"), "{e}");
         let e = eval("json.source({'a': 1}).write_file('x.json')").unwrap_err();

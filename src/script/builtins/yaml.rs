@@ -338,7 +338,7 @@ fn writer(data: Value) -> Result<Writer, String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::{eval, eval_allowing};
+    use crate::script::builtins::snippets::{eval, eval_allowing};
 
     /// Issue 26: many conversions in one call, each small in nodes but large in the
     /// strings they copy, are counted together against the memory budget.
