@@ -223,7 +223,13 @@ mod tests {
     #[test]
     fn every_function_of_a_derived_namespace_has_its_try_form() {
         // `os.exit` ends the script: there is nothing to return a Result of.
-        for (namespace, without) in [("os", r#"["exit"]"#), ("yaml", "[]")] {
+        let namespaces = [
+            ("os", r#"["exit"]"#),
+            ("yaml", "[]"),
+            ("json", "[]"),
+            ("hash", "[]"),
+        ];
+        for (namespace, without) in namespaces {
             let missing = eval(&format!(
                 "[n for n in dir({namespace}) if not n.startswith('try_') \
                  and 'try_' + n not in dir({namespace})]"
@@ -250,6 +256,10 @@ mod tests {
             "yaml.decode('a: [')",
             "yaml.encode_all(1)",
             "yaml.file('x.yaml')",
+            "json.decode('{')",
+            "json.encode(json)",
+            "hash.bytes(1)",
+            "hash.file('x')",
         ];
         for call in calls {
             let raised = eval(call).unwrap_err();
