@@ -222,16 +222,21 @@ mod tests {
 
     #[test]
     fn every_function_of_a_derived_namespace_has_its_try_form() {
-        // `os.exit` ends the script: there is nothing to return a Result of.
+        // `os.exit` ends the script: there is nothing to return a Result of. Names in
+        // capitals are constants (`time.RFC3339`).
         let namespaces = [
             ("os", r#"["exit"]"#),
             ("yaml", "[]"),
             ("json", "[]"),
             ("hash", "[]"),
+            ("csv", "[]"),
+            // `time.now` has never had one; `try_sleep` is written by hand.
+            ("time", r#"["now"]"#),
         ];
         for (namespace, without) in namespaces {
             let missing = eval(&format!(
                 "[n for n in dir({namespace}) if not n.startswith('try_') \
+                 and not n[0].isupper() \
                  and 'try_' + n not in dir({namespace})]"
             ));
             assert_eq!(missing.as_deref(), Ok(without), "{namespace}");
@@ -240,7 +245,9 @@ mod tests {
 
     /// The text of a string's repr.
     fn unquote(repr: &str) -> String {
-        repr.trim_matches('"')
+        let inner = repr.strip_prefix('"').and_then(|r| r.strip_suffix('"'));
+        inner
+            .unwrap_or(repr)
             .replace("\\n", "\n")
             .replace("\\\"", "\"")
             .replace("\\\\", "\\")
@@ -260,6 +267,10 @@ mod tests {
             "json.encode(json)",
             "hash.bytes(1)",
             "hash.file('x')",
+            "csv.source(1)",
+            "time.parse('2006', 'x')",
+            "time.duration('soon')",
+            "time.since(1)",
         ];
         for call in calls {
             let raised = eval(call).unwrap_err();
