@@ -230,6 +230,7 @@ mod tests {
             ("json", "[]"),
             ("hash", "[]"),
             ("csv", "[]"),
+            ("template", "[]"),
             // `time.now` has never had one; `try_sleep` is written by hand.
             ("time", r#"["now"]"#),
         ];
@@ -268,6 +269,9 @@ mod tests {
             "hash.bytes(1)",
             "hash.file('x')",
             "csv.source(1)",
+            "template.text('{{')",
+            "template.render('{{.a}', {})",
+            "template.file('x.tmpl')",
             "time.parse('2006', 'x')",
             "time.duration('soon')",
             "time.since(1)",
