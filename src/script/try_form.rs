@@ -11,10 +11,14 @@
 //!
 //! A `try_` form that must differ from `X` is still written by hand, next to `X`: one
 //! that names itself in its messages or permission checks (`os.try_cwd`,
-//! `concur.try_map`), or that returns what `X` would not (`os.try_exec`'s output of a
-//! failed program). The methods of a value (`regexp` patterns, `base64` sources, an
-//! `ssh.client`) are written by hand too, as a method is bound to its value when it is
-//! looked up and a derived form would have to bind it again.
+//! `concur.try_map`, `http.try_get`), that returns what `X` would not (`os.try_exec`'s
+//! output of a failed program), that turns running out of the budget into a Result
+//! (`time.try_sleep`, `io.try_prompt`), or whose `X` names the script's line it was
+//! called from (`log.try_set_format`: a derived form's call of `X` has no line). The
+//! methods of a value (`regexp` patterns, `base64` sources, an `ssh.client`) are written
+//! by hand too, as a method is bound to its value when it is looked up and a derived
+//! form would have to bind it again. (`k8s.try_X` has its own wrapper, `k8s::try_call`,
+//! over the client's bound methods; it also catches a call that does not fit.)
 
 #![expect(
     unsafe_code,
