@@ -7,58 +7,61 @@ use std::path::{Path, PathBuf};
 
 /// Each module of the crate root and the modules it must never name (space-separated):
 /// every module drawn at its own height or above it in `docs/design/architecture.md`,
-/// and a few below it that it has no business with (`script` and `http`, `tester` and
+/// and a few below it that it has no business with (`script` and `http`, `test_runner` and
 /// `control`). A module that is not in a row's list it may name.
 const RULES: &[(&str, &str)] = &[
     // The leaves name no other module.
     (
         "duration",
-        "signal tls version http script k8s control rbac fake testing library tester artifacts dev lsp operator cli",
+        "signal tls version http script k8s control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "signal",
-        "duration tls version http script k8s control rbac fake testing library tester artifacts dev lsp operator cli",
+        "duration tls version http script k8s control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "tls",
-        "duration signal version http script k8s control rbac fake testing library tester artifacts dev lsp operator cli",
+        "duration signal version http script k8s control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "version",
-        "duration signal tls http script k8s control rbac fake testing library tester artifacts dev lsp operator cli",
+        "duration signal tls http script k8s control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "http",
-        "duration signal tls version script k8s control rbac fake testing library tester artifacts dev lsp operator cli",
+        "duration signal tls version script k8s control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "script",
-        "http k8s control rbac fake testing library tester artifacts dev lsp operator cli",
+        "http k8s control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "k8s",
-        "control rbac fake testing library tester artifacts dev lsp operator cli",
+        "control rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "control",
-        "rbac fake testing library tester artifacts dev lsp operator cli",
+        "rbac fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
         "rbac",
-        "fake testing library tester artifacts dev lsp operator cli",
+        "fake_cluster harness library test_runner artifacts dev lsp operator cli",
     ),
     (
-        "fake",
-        "control testing library tester artifacts dev lsp operator cli",
+        "fake_cluster",
+        "control harness library test_runner artifacts dev lsp operator cli",
     ),
     (
-        "testing",
-        "http rbac library tester artifacts dev lsp operator cli",
+        "harness",
+        "http rbac library test_runner artifacts dev lsp operator cli",
     ),
-    ("library", "tester artifacts dev lsp operator cli"),
-    ("tester", "http control rbac artifacts dev lsp operator cli"),
-    ("artifacts", "tester dev lsp operator cli"),
-    ("dev", "rbac tester artifacts lsp operator cli"),
+    ("library", "test_runner artifacts dev lsp operator cli"),
+    (
+        "test_runner",
+        "http control rbac artifacts dev lsp operator cli",
+    ),
+    ("artifacts", "test_runner dev lsp operator cli"),
+    ("dev", "rbac test_runner artifacts lsp operator cli"),
     ("lsp", "http rbac artifacts dev operator cli"),
     ("operator", "dev lsp cli"),
     ("cli", ""),

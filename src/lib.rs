@@ -27,12 +27,12 @@
 //!   script or a loaded file changes, with each reconcile and a diff of its writes shown.
 //! - `lsp`: `kite lsp`, a language server over stdio: `kite check`'s diagnostics,
 //!   completion and hover for the library, go-to-definition across `load()`.
-//! - `fake`: an in-memory Kubernetes API server behind a real kube client, for
+//! - `fake_cluster`: an in-memory Kubernetes API server behind a real kube client, for
 //!   `kite test` and `k8s.fake(...)`.
 //! - `rbac`: least-privilege RBAC inferred from a script (`kite kube rbac`).
-//! - `tester`: `kite test`: discovery of `*_test.star` files, the assertion builtins,
+//! - `test_runner`: `kite test`: discovery of `*_test.star` files, the assertion builtins,
 //!   fresh modules per test, parallel files, diffs, text/JSON/JUnit reports.
-//! - `testing`: `k8s.testing.controller(...)`: a controller script driven by a test
+//! - `harness`: `k8s.testing.controller(...)`: a controller script driven by a test
 //!   against a fake cluster, on the runtime's own reconcile path, with a virtual clock.
 //! - `http`: the health and metrics server (hyper), and the connection loop the
 //!   operator's webhook shares.
@@ -60,7 +60,8 @@ mod artifacts;
 mod control;
 mod dev;
 mod duration;
-mod fake;
+mod fake_cluster;
+mod harness;
 mod http;
 mod k8s;
 mod library;
@@ -69,8 +70,7 @@ mod operator;
 mod rbac;
 mod script;
 mod signal;
-mod tester;
-mod testing;
+mod test_runner;
 mod tls;
 mod version;
 
@@ -99,7 +99,7 @@ pub use script::run::{Finished, run as run_script};
 pub use script::vars::Vars;
 pub use signal::shutdown_signal;
 pub use starlark::environment::FrozenModule;
-pub use tester::{Options as TestOptions, check as check_file, run as run_tests};
+pub use test_runner::{Options as TestOptions, check as check_file, run as run_tests};
 pub use version::version_line;
 
 // The binary: `kite kube`.

@@ -23,7 +23,7 @@ fn kite_methods(builder: &mut MethodsBuilder) {
     k8s::module::local_methods(builder);
     control::request::control_method(builder);
     control::webhook::webhook_method(builder);
-    crate::fake::builtin::fake_method(builder);
+    crate::fake_cluster::builtin::fake_method(builder);
 }
 
 starlark::methods_static!(KITE_METHODS = kite_methods);
@@ -39,9 +39,9 @@ impl Edition for Kite {
 }
 
 /// `k8s.testing`, handed the library its controllers under test are loaded with:
-/// this one, as `testing` cannot name the layer above it.
+/// this one, as `harness` cannot name the layer above it.
 fn testing_namespace() -> starlark::values::FrozenValue {
-    crate::testing::namespace(library)
+    crate::harness::namespace(library)
 }
 
 /// The composed library, built once.
@@ -59,8 +59,8 @@ pub fn builder() -> Builder {
         .signatures(k8s::module::signatures)
         .signatures(control::request::signatures)
         .signatures(control::webhook::signatures)
-        .signatures(crate::fake::builtin::signatures)
-        .signatures(crate::testing::signatures)
+        .signatures(crate::fake_cluster::builtin::signatures)
+        .signatures(crate::harness::signatures)
 }
 #[cfg(test)]
 mod tests {

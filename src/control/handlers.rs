@@ -332,7 +332,7 @@ pub fn call<T>(
                     at: crate::script::run::position(&host.own_names(&e.to_string())),
                 }),
                 Err(_) if stop.is_set() => Err(Error::Stopped),
-                Err(e) => Err(Error::Raised(host.own_names(&e.to_string()))),
+                Err(e) => Err(Error::Raised(host.own_names(&e.to_string()).into_owned())),
             }
         })
     };

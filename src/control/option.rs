@@ -1,74 +1,84 @@
 //! The options of `k8s.control(...)`, named once for the parser, `kite check`, inference and the operator.
 
-use std::fmt;
-
-/// Defines [`ControlOption`] from its variants and their keywords, so that the list of
-/// variants, [`ControlOption::ALL`] and the spellings cannot drift apart.
-macro_rules! control_options {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
-        /// A keyword of `k8s.control(...)`.
+/// Defines a keyword enum from its variants and their keywords, so that the list of
+/// variants, its `ALL` and the spellings cannot drift apart: `ALL` (in the order error
+/// messages list them), `name` (the keyword as a script writes it) and `parse` (the
+/// option a keyword names, if any). `k8s.webhook`'s options use it too.
+macro_rules! keyword_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $enum:ident {
+            $($(#[$doc:meta])* $variant:ident = $name:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum ControlOption {
+        pub enum $enum {
             $($(#[$doc])* $variant,)*
         }
 
-        impl ControlOption {
+        impl $enum {
             /// Every option, in the order error messages list them.
-            pub const ALL: &[ControlOption] = &[$(ControlOption::$variant,)*];
+            pub const ALL: &[$enum] = &[$($enum::$variant,)*];
 
             /// The keyword, as a script writes it.
             pub const fn name(self) -> &'static str {
                 match self {
-                    $(ControlOption::$variant => $name,)*
+                    $($enum::$variant => $name,)*
                 }
             }
 
             /// The option `keyword` names, if any.
             pub fn parse(keyword: &str) -> Option<Self> {
                 match keyword {
-                    $($name => Some(ControlOption::$variant),)*
+                    $($name => Some($enum::$variant),)*
                     _ => None,
                 }
+            }
+        }
+
+        impl std::fmt::Display for $enum {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
             }
         }
     };
 }
 
-control_options! {
-    /// The kind to watch (also the first positional argument).
-    Kind = "kind",
-    Reconcile = "reconcile",
-    OnCreate = "on_create",
-    OnUpdate = "on_update",
-    OnDelete = "on_delete",
-    /// The handler run before the object goes, while the finalizer holds it.
-    Finalize = "finalize",
-    /// The finalizer's name.
-    Finalizer = "finalizer",
-    Namespace = "namespace",
-    /// A label selector on the watch.
-    Labels = "labels",
-    FieldSelector = "field_selector",
-    Poll = "poll",
-    Resync = "resync",
-    HealthPort = "health_port",
-    GenerationChanged = "generation_changed",
-    WatchOwned = "watch_owned",
-    WatchRelated = "watch_related",
-    Workers = "workers",
-    MaxRetries = "max_retries",
-    Backoff = "backoff",
-    Predicate = "predicate",
-    LeaderElection = "leader_election",
-    LeaderElectionId = "leader_election_id",
-    LeaderElectionNamespace = "leader_election_namespace",
-    /// The holder's name in the leader-election lease.
-    Identity = "identity",
-}
+pub(crate) use keyword_enum;
 
-impl fmt::Display for ControlOption {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+keyword_enum! {
+    /// A keyword of `k8s.control(...)`.
+    pub enum ControlOption {
+        /// The kind to watch (also the first positional argument).
+        Kind = "kind",
+        Reconcile = "reconcile",
+        OnCreate = "on_create",
+        OnUpdate = "on_update",
+        OnDelete = "on_delete",
+        /// The handler run before the object goes, while the finalizer holds it.
+        Finalize = "finalize",
+        /// The finalizer's name.
+        Finalizer = "finalizer",
+        Namespace = "namespace",
+        /// A label selector on the watch.
+        Labels = "labels",
+        FieldSelector = "field_selector",
+        Poll = "poll",
+        Resync = "resync",
+        HealthPort = "health_port",
+        GenerationChanged = "generation_changed",
+        WatchOwned = "watch_owned",
+        WatchRelated = "watch_related",
+        Workers = "workers",
+        MaxRetries = "max_retries",
+        Backoff = "backoff",
+        Predicate = "predicate",
+        LeaderElection = "leader_election",
+        LeaderElectionId = "leader_election_id",
+        LeaderElectionNamespace = "leader_election_namespace",
+        /// The holder's name in the leader-election lease.
+        Identity = "identity",
     }
 }
 

@@ -44,6 +44,36 @@ pub struct ControlSpec {
     pub reconcile_arity: Option<usize>,
 }
 
+#[cfg(test)]
+impl ControlSpec {
+    /// A spec that watches `kind` with a one-argument reconcile and no other option
+    /// (one worker, five retries, a 5 s backoff): for the tests of the layers above
+    /// that need a spec without evaluating a script.
+    pub fn for_tests(kind: &str) -> Self {
+        ControlSpec {
+            kind: kind.into(),
+            namespace: None,
+            labels: None,
+            field_selector: None,
+            poll: None,
+            resync: None,
+            health_port: None,
+            generation_changed: false,
+            watch_owned: vec![],
+            watch_related: vec![],
+            workers: 1,
+            max_retries: 5,
+            backoff: Duration::from_secs(5),
+            leader_election: false,
+            leader_election_id: None,
+            leader_election_namespace: None,
+            identity: None,
+            finalizer: None,
+            reconcile_arity: Some(1),
+        }
+    }
+}
+
 /// The handler functions of one `control()` call, still on the script's heap.
 #[derive(Default)]
 pub struct HandlerValues<'v> {

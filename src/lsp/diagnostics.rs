@@ -19,8 +19,11 @@ pub fn diagnose(index: &Index, name: &str, text: &str) -> Vec<Diagnostic> {
     let lines = Lines::new(text);
     // A test file is read as `kite test` reads it: assertions known, `assert` accepted
     // (the rewrite keeps every position).
-    let (library, text) = if crate::tester::is_test_file(name) {
-        (crate::tester::library(), crate::tester::rewrite(text))
+    let (library, text) = if crate::test_runner::is_test_file(name) {
+        (
+            crate::test_runner::library(),
+            crate::test_runner::rewrite(text),
+        )
     } else {
         (crate::library::library(), std::borrow::Cow::Borrowed(text))
     };

@@ -242,7 +242,7 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let positions = top
         .positions
         .iter()
-        .map(|(name, at)| (name.clone(), host.own_names(at)))
+        .map(|(name, at)| (name.clone(), host.own_names(at).into_owned()))
         .collect();
     let handlers = Handlers::of_script(top.module.clone(), positions).map_err(Error::Evaluate)?;
     let mut spec = request.spec;

@@ -96,27 +96,7 @@ mod tests {
     use super::*;
 
     fn top() -> TopLevel {
-        let spec = crate::control::spec::ControlSpec {
-            kind: "deployments".into(),
-            namespace: None,
-            labels: None,
-            field_selector: None,
-            poll: None,
-            resync: None,
-            health_port: None,
-            generation_changed: false,
-            watch_owned: vec![],
-            watch_related: vec![],
-            workers: 1,
-            max_retries: 5,
-            backoff: std::time::Duration::from_secs(5),
-            leader_election: false,
-            leader_election_id: None,
-            leader_election_namespace: None,
-            identity: None,
-            finalizer: None,
-            reconcile_arity: Some(1),
-        };
+        let spec = crate::control::spec::ControlSpec::for_tests("deployments");
         TopLevel {
             file_name: "a.star".into(),
             module: starlark::environment::FrozenModule::from_globals(

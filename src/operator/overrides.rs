@@ -171,25 +171,9 @@ mod tests {
 
     fn spec() -> ControlSpec {
         ControlSpec {
-            kind: "deployments".into(),
-            namespace: None,
-            labels: None,
-            field_selector: None,
-            poll: None,
-            resync: None,
             health_port: Some(8081),
-            generation_changed: false,
-            watch_owned: vec![],
-            watch_related: vec![],
-            workers: 1,
-            max_retries: 5,
-            backoff: Duration::from_secs(5),
             leader_election: true,
-            leader_election_id: None,
-            leader_election_namespace: None,
-            identity: None,
-            finalizer: None,
-            reconcile_arity: Some(1),
+            ..ControlSpec::for_tests("deployments")
         }
     }
 

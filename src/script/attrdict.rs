@@ -222,7 +222,7 @@ fn plain<'v>(v: Value<'v>, heap: Heap<'v>) -> Value<'v> {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     fn obj(code: &str) -> String {
         let setup = r#"o = json.decode('{"metadata": {"name": "web", "labels": {"app": "x"}}, "spec": {"replicas": 3, "containers": [{"name": "c"}]}, "items": [1]}')

@@ -6,6 +6,7 @@
 )]
 
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -325,12 +326,16 @@ impl Host {
     }
 
     /// `text` with the places it names in the file the top level was evaluated under
-    /// named in this script's own file (see [`Host::file_alias`]).
-    pub fn own_names(&self, text: &str) -> String {
+    /// named in this script's own file (see [`Host::file_alias`]). Borrowed when there
+    /// is nothing to rename: most scripts have no alias, and this runs on every error.
+    pub fn own_names<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let Some((shared, own)) = &self.file_alias else {
-            return text.to_owned();
+            return Cow::Borrowed(text);
         };
         let needle = format!("{shared}:");
+        if !text.contains(&needle) {
+            return Cow::Borrowed(text);
+        }
         let mut out = String::with_capacity(text.len());
         let mut rest = text;
         while let Some(i) = rest.find(&needle) {
@@ -345,7 +350,7 @@ impl Host {
             rest = &rest[i + needle.len()..];
         }
         out.push_str(rest);
-        out
+        Cow::Owned(out)
     }
 
     /// Records that the script reached outside itself (see [`Host::reached`]).
@@ -377,7 +382,7 @@ pub fn call_site(eval: &Evaluator) -> String {
         .call_stack_top_location()
         .map_or_else(|| "<unknown>".to_owned(), |span| position(&span));
     match Host::of(eval) {
-        Ok(host) => host.own_names(&site),
+        Ok(host) => host.own_names(&site).into_owned(),
         Err(_) => site,
     }
 }
@@ -425,7 +430,7 @@ mod tests {
 
 #[cfg(test)]
 mod reached_tests {
-    use crate::script::builtins::testing::reaches;
+    use crate::script::builtins::snippets::reaches;
 
     /// Issue 28/26: a top level that read the clock or drew randomness is not shared
     /// (what it computed differs from one run to the next); pure computation is.

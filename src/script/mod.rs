@@ -21,5 +21,6 @@ pub mod priority;
 pub mod profile;
 pub mod run;
 pub mod syntax;
+pub mod try_form;
 pub mod vars;
 pub mod yaml;

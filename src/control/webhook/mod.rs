@@ -9,6 +9,7 @@
 pub mod frozen;
 mod later;
 mod metrics;
+pub mod option;
 pub mod review;
 pub mod run;
 pub mod server;
@@ -74,9 +75,14 @@ pub fn signatures(known: &mut std::collections::BTreeMap<String, crate::script::
     known.insert(
         "k8s.webhook".to_owned(),
         crate::script::lint::Signature {
-            positional: vec![("path".to_owned(), false)],
+            positional: vec![(option::WebhookOption::Path.name().to_owned(), false)],
             kwargs: true,
-            kwarg_names: Some(spec::KEYWORDS.iter().map(|k| (*k).to_owned()).collect()),
+            kwarg_names: Some(
+                option::WebhookOption::ALL
+                    .iter()
+                    .map(|o| o.name().to_owned())
+                    .collect(),
+            ),
             ..Default::default()
         },
     );

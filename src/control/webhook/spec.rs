@@ -7,18 +7,7 @@ use std::time::Duration;
 use starlark::collections::SmallMap;
 use starlark::values::Value;
 
-/// Every keyword `k8s.webhook` accepts: upstream's, then kite's (`timeout`,
-/// `failure_policy`).
-pub const KEYWORDS: &[&str] = &[
-    "path",
-    "validate",
-    "mutate",
-    "port",
-    "tls_cert",
-    "tls_key",
-    "timeout",
-    "failure_policy",
-];
+use super::option::WebhookOption as O;
 
 /// Upstream's port.
 pub const DEFAULT_PORT: u16 = 9443;
@@ -82,13 +71,12 @@ pub fn parse<'v>(
     args: &[Value<'v>],
     kwargs: &SmallMap<String, Value<'v>>,
 ) -> anyhow::Result<(WebhookSpec, HandlerValues<'v>)> {
-    for key in kwargs.keys() {
-        if !KEYWORDS.contains(&key.as_str()) {
-            return Err(err(format!(
-                "unknown keyword argument {key:?}; expected one of {}",
-                KEYWORDS.join(", ")
-            )));
-        }
+    if let Some(key) = kwargs.keys().find(|k| O::parse(k).is_none()) {
+        let accepted: Vec<&str> = O::ALL.iter().map(|o| o.name()).collect();
+        return Err(err(format!(
+            "unknown keyword argument {key:?}; expected one of {}",
+            accepted.join(", ")
+        )));
     }
     if args.len() > 1 {
         return Err(err(format!(
@@ -96,7 +84,7 @@ pub fn parse<'v>(
             args.len()
         )));
     }
-    let path = match (args.first(), kwargs.get("path")) {
+    let path = match (args.first(), given(kwargs, O::Path)) {
         (Some(_), Some(_)) => return Err(err("path given both by position and by keyword")),
         (Some(v), None) | (None, Some(v)) => v,
         (None, None) => {
@@ -111,12 +99,12 @@ pub fn parse<'v>(
     if !path.starts_with('/') {
         return Err(err(format!("path {path:?} must start with \"/\"")));
     }
-    let validate = handler(kwargs, "validate")?;
-    let mutate = handler(kwargs, "mutate")?;
+    let validate = handler(kwargs, O::Validate)?;
+    let mutate = handler(kwargs, O::Mutate)?;
     if validate.is_none() && mutate.is_none() {
         return Err(err("give validate=, mutate= or both"));
     }
-    let port = match kwargs.get("port") {
+    let port = match given(kwargs, O::Port) {
         None => DEFAULT_PORT,
         Some(v) => v
             .unpack_i32()
@@ -124,13 +112,13 @@ pub fn parse<'v>(
             .filter(|p| *p > 0)
             .ok_or_else(|| err(format!("port must be a number from 1 to 65535, not {v}")))?,
     };
-    let tls = match (file(kwargs, "tls_cert")?, file(kwargs, "tls_key")?) {
+    let tls = match (file(kwargs, O::TlsCert)?, file(kwargs, O::TlsKey)?) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
         (Some(_), None) => return Err(err("tls_cert is given without tls_key")),
         (None, Some(_)) => return Err(err("tls_key is given without tls_cert")),
     };
-    let timeout = match kwargs.get("timeout") {
+    let timeout = match given(kwargs, O::Timeout) {
         None => DEFAULT_TIMEOUT,
         Some(v) => {
             let s = v.unpack_str().ok_or_else(|| {
@@ -147,7 +135,7 @@ pub fn parse<'v>(
             d
         }
     };
-    let failure_policy = match kwargs.get("failure_policy").map(|v| (v, v.unpack_str())) {
+    let failure_policy = match given(kwargs, O::FailurePolicy).map(|v| (v, v.unpack_str())) {
         None | Some((_, Some("Fail"))) => FailurePolicy::Fail,
         Some((_, Some("Ignore"))) => FailurePolicy::Ignore,
         Some((v, _)) => {
@@ -176,12 +164,19 @@ pub fn parse<'v>(
     ))
 }
 
-/// Handler `name`, if given, and whether it takes the request too.
+/// The value of `option`, if the call gives it: every option is read through here, by
+/// its [`O`], so the keyword read is the one the unknown-keyword check accepts.
+fn given<'a, 'v>(kwargs: &'a SmallMap<String, Value<'v>>, option: O) -> Option<&'a Value<'v>> {
+    kwargs.get(option.name())
+}
+
+/// Handler `option`, if given, and whether it takes the request too.
 fn handler<'v>(
     kwargs: &SmallMap<String, Value<'v>>,
-    name: &str,
+    option: O,
 ) -> anyhow::Result<Option<(Value<'v>, bool)>> {
-    let Some(v) = kwargs.get(name).copied().filter(|v| !v.is_none()) else {
+    let name = option.name();
+    let Some(v) = given(kwargs, option).copied().filter(|v| !v.is_none()) else {
         return Ok(None);
     };
     if v.get_type() != "function" {
@@ -199,9 +194,10 @@ fn handler<'v>(
     }
 }
 
-/// File path `name`, if given (and not empty).
-fn file(kwargs: &SmallMap<String, Value<'_>>, name: &str) -> anyhow::Result<Option<PathBuf>> {
-    match kwargs.get(name) {
+/// File path `option`, if given (and not empty).
+fn file(kwargs: &SmallMap<String, Value<'_>>, option: O) -> anyhow::Result<Option<PathBuf>> {
+    let name = option.name();
+    match given(kwargs, option) {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
         Some(v) => match v.unpack_str() {
@@ -222,8 +218,15 @@ mod tests {
     use starlark::eval::Evaluator;
     use starlark::syntax::{AstModule, Dialect};
 
+    use super::O;
+
     /// Parses `webhook("/v", **kwargs)` where `kwargs` is Starlark dict source.
     fn parse(kwargs: &str) -> Result<super::WebhookSpec, String> {
+        call(true, kwargs)
+    }
+
+    /// Parses `webhook(**kwargs)`, with the path `"/v"` first when `positional`.
+    fn call(positional: bool, kwargs: &str) -> Result<super::WebhookSpec, String> {
         Module::with_temp_heap(|module| {
             let code = format!("def v(o, r):\n    pass\nd = dict({kwargs})\nd");
             let ast = AstModule::parse("t.star", code, &Dialect::Standard).unwrap();
@@ -235,7 +238,8 @@ mod tests {
                 .map(|(k, v)| (k.unpack_str().unwrap().to_owned(), v))
                 .collect();
             let path = module.heap().alloc("/v");
-            super::parse(&[path], &kwargs)
+            let args = if positional { vec![path] } else { Vec::new() };
+            super::parse(&args, &kwargs)
                 .map(|(spec, _)| spec)
                 .map_err(|e| e.to_string())
         })
@@ -263,6 +267,32 @@ mod tests {
             assert!(
                 e.starts_with("k8s.webhook: ") && e.contains(want),
                 "{kwargs}: {e}"
+            );
+        }
+    }
+
+    /// A call whose one fault is a value of the wrong type for `option`. A `match`: a
+    /// new option needs a case here, and the test below fails until the parser reads it.
+    fn wrong_type(option: O) -> &'static str {
+        match option {
+            O::Path => "path = 1, mutate = v",
+            O::Validate => "path = '/v', validate = 1",
+            O::Mutate => "path = '/v', mutate = 1",
+            O::Port => "path = '/v', mutate = v, port = 'x'",
+            O::TlsCert => "path = '/v', mutate = v, tls_cert = 1, tls_key = 'k'",
+            O::TlsKey => "path = '/v', mutate = v, tls_cert = 'c', tls_key = 1",
+            O::Timeout => "path = '/v', mutate = v, timeout = 1",
+            O::FailurePolicy => "path = '/v', mutate = v, failure_policy = 1",
+        }
+    }
+
+    #[test]
+    fn every_option_is_read_and_named_in_its_own_error() {
+        for option in O::ALL {
+            let e = call(false, wrong_type(*option)).unwrap_err();
+            assert!(
+                e.starts_with(&format!("k8s.webhook: {option} must be ")),
+                "{option}: {e}"
             );
         }
     }

@@ -4,6 +4,7 @@
 use starlark_syntax::syntax::ast::AstExpr;
 
 use super::{Analyzer, Args};
+use crate::control::webhook::option::WebhookOption as O;
 
 /// What deploying a script's webhook depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +51,7 @@ impl<'a> Analyzer<'a> {
         let Some((_, args)) = Args::of(call) else {
             return;
         };
-        let path = args.arg(0, "path").and_then(|e| self.const_str(e));
+        let path = args.arg(0, O::Path.name()).and_then(|e| self.const_str(e));
         if path.is_none() {
             self.warn(
                 module,
@@ -59,7 +60,7 @@ impl<'a> Analyzer<'a> {
                     .into(),
             );
         }
-        let port = match args.get("port") {
+        let port = match args.get(O::Port.name()) {
             None => crate::control::webhook::spec::DEFAULT_PORT,
             Some(p) => {
                 if let Some(n) = self.const_int(p).and_then(|n| u16::try_from(n).ok()) {
@@ -74,24 +75,24 @@ impl<'a> Analyzer<'a> {
                 }
             }
         };
-        let handler = |name: &str| args.get(name).is_some_and(|e| !is_none(e));
+        let handler = |option: O| args.get(option.name()).is_some_and(|e| !is_none(e));
         let failure_policy = args
-            .get("failure_policy")
+            .get(O::FailurePolicy.name())
             .and_then(|e| self.const_str(e))
             .unwrap_or_else(|| "Fail".to_owned());
         let timeout = args
-            .get("timeout")
+            .get(O::Timeout.name())
             .and_then(|e| self.const_str(e))
             .and_then(|s| crate::duration::parse(&s).ok())
             .unwrap_or(crate::control::webhook::spec::DEFAULT_TIMEOUT);
         let facts = WebhookFacts {
             path,
             port,
-            validates: handler("validate"),
-            mutates: handler("mutate"),
+            validates: handler(O::Validate),
+            mutates: handler(O::Mutate),
             failure_policy,
             timeout_seconds: timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0),
-            tls_files: handler("tls_cert"),
+            tls_files: handler(O::TlsCert),
             watched: self.primary.as_ref().map(|p| {
                 let ar = &p.resource.api_resource;
                 (ar.group.clone(), ar.plural.clone())

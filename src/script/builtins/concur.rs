@@ -307,7 +307,7 @@ pub fn concur_namespace(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::{eval, eval_cancellable};
+    use crate::script::builtins::snippets::{eval, eval_cancellable};
 
     #[test]
     fn results_keep_their_order_and_shape() {

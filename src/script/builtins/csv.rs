@@ -370,8 +370,15 @@ fn source<'v>(heap: Heap<'v>, data: Value<'v>) -> Result<Value<'v>, String> {
     Ok(heap.alloc_complex(Writer { data }))
 }
 
-#[starlark_module]
+starlark::globals_static!(FUNCTIONS = csv_functions);
+
+/// `csv.file` and `csv.source`, each with its `try_` form ([`crate::script::try_form`]).
 pub fn csv_namespace(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &["file", "source"]);
+}
+
+#[starlark_module]
+fn csv_functions(builder: &mut GlobalsBuilder) {
     /// The CSV file at `path`, to `read()` (nothing is read until then).
     fn file(#[starlark(require = pos)] path: Value) -> anyhow::Result<CsvFile> {
         path_arg("csv.file", path)
@@ -385,23 +392,6 @@ pub fn csv_namespace(builder: &mut GlobalsBuilder) {
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
         source(heap, data).map_err(anyhow::Error::msg)
-    }
-
-    /// `file(path)` as a result (`.ok`, `.value`, `.error`).
-    fn try_file<'v>(
-        #[starlark(require = pos)] path: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let made = path_arg("csv.file", path).map(|p| heap.alloc(CsvFile(p)));
-        Ok(result(heap, made))
-    }
-
-    /// `source(data)` as a result.
-    fn try_source<'v>(
-        #[starlark(require = pos)] data: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, source(heap, data)))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Tests of the `csv` module: reading and writing files, their options, errors and the
 //! `--allow-fs` they need.
 
-use crate::script::builtins::testing::{eval, eval_allowing, eval_permitted};
+use crate::script::builtins::snippets::{eval, eval_allowing, eval_permitted};
 use crate::script::permissions::{Access, Permissions};
 
 /// A fresh directory for one test, and its path as a Starlark string literal.

@@ -339,7 +339,7 @@ pub fn fmt_globals(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     fn f(code: &str) -> String {
         let out = eval(&format!("sprintf({code})")).unwrap();

@@ -24,7 +24,6 @@ use starlark::values::{Heap, NoSerialize, StarlarkValue, Value, ValueLike, starl
 
 use crate::script::builtins::input::{bytes_of, io_message};
 use crate::script::host::Host;
-use crate::script::outcome::result;
 use crate::script::permissions::Access;
 
 /// What is hashed.
@@ -297,8 +296,21 @@ fn text_of(s: Value) -> Result<Source, String> {
         .ok_or_else(|| format!("hash.text: s must be a string, got {}", s.get_type()))
 }
 
-#[starlark_module]
+starlark::globals_static!(FUNCTIONS = hash_functions);
+starlark::globals_static!(FILE_FUNCTIONS = hash_file_functions);
+
+/// `hash.text` and `hash.bytes`, each with its `try_` form ([`crate::script::try_form`]).
 pub fn hash_namespace(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &["text", "bytes"]);
+}
+
+/// `hash.file` and its `try_` form.
+pub fn hash_files(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FILE_FUNCTIONS.globals(), &["file"]);
+}
+
+#[starlark_module]
+fn hash_functions(builder: &mut GlobalsBuilder) {
     /// A source to hash: the UTF-8 bytes of `s`.
     fn text(#[starlark(require = pos)] s: Value) -> anyhow::Result<Source> {
         text_of(s).map_err(anyhow::Error::msg)
@@ -309,23 +321,6 @@ pub fn hash_namespace(builder: &mut GlobalsBuilder) {
         Ok(Source(Input::Bytes(
             data_of(data).map_err(anyhow::Error::msg)?,
         )))
-    }
-
-    /// `text(s)` as a result (`.ok`, `.value`, `.error`).
-    fn try_text<'v>(
-        #[starlark(require = pos)] s: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, text_of(s).map(|s| heap.alloc(s))))
-    }
-
-    /// `bytes(data)` as a result.
-    fn try_bytes<'v>(
-        #[starlark(require = pos)] data: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = data_of(data).map(|b| heap.alloc(Source(Input::Bytes(b))));
-        Ok(result(heap, outcome))
     }
 }
 
@@ -339,7 +334,7 @@ fn file_at(eval: &Evaluator<'_, '_, '_>, path: &str) -> Result<File, String> {
 /// `hash.file`: reads a file of this machine, so it is part of the files capability
 /// (`crate::script::library::Capability::Files`), never of a hosted script's library.
 #[starlark_module]
-pub fn hash_files(builder: &mut GlobalsBuilder) {
+fn hash_file_functions(builder: &mut GlobalsBuilder) {
     /// A source to hash: the file at `path` (needs `--allow-fs`), read when a digest is
     /// asked for.
     fn file(
@@ -348,20 +343,11 @@ pub fn hash_files(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<File> {
         file_at(eval, path).map_err(anyhow::Error::msg)
     }
-
-    /// `file(path)` as a result (`.ok`, `.value`, `.error`).
-    fn try_file<'v>(
-        #[starlark(require = pos)] path: &str,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = file_at(eval, path).map(|f| eval.heap().alloc(f));
-        Ok(result(eval.heap(), outcome))
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn digests_of_text_as_the_standard_vectors() {
@@ -407,7 +393,7 @@ mod tests {
             "\"86f7e437faa5a7fce15d1ddcb9eaeaea377667b8\""
         );
         assert_eq!(
-            crate::script::builtins::testing::eval_allowing(
+            crate::script::builtins::snippets::eval_allowing(
                 "f = hash.file('/tmp/x')\n(f.path, type(f))"
             )
             .unwrap(),
@@ -439,7 +425,7 @@ mod tests {
 
     #[test]
     fn files_and_try() {
-        use crate::script::builtins::testing::eval_allowing;
+        use crate::script::builtins::snippets::eval_allowing;
         let dir = std::env::temp_dir().join(format!("kite-hash-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f.txt");

@@ -256,7 +256,7 @@ mod tests {
 
     use super::{Lines, confirmed};
     use crate::script::budget::{Budget, scope};
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn answers_mean_yes_no_or_the_default() {

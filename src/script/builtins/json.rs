@@ -9,7 +9,6 @@ use starlark::values::{Heap, Value};
 
 use crate::script::builtins::input::text_of;
 use crate::script::json::{from_starlark, to_starlark};
-use crate::script::outcome::result;
 
 mod objects;
 
@@ -36,8 +35,16 @@ fn decode_value<'v>(heap: Heap<'v>, call: &str, data: Value<'v>) -> Result<Value
     Ok(to_starlark(heap, &json))
 }
 
-#[starlark_module]
+starlark::globals_static!(FUNCTIONS = json_functions);
+
+/// `json.encode` and `json.decode`, each with its `try_` form
+/// ([`crate::script::try_form`]).
 pub fn json_namespace(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &["encode", "decode"]);
+}
+
+#[starlark_module]
+fn json_functions(builder: &mut GlobalsBuilder) {
     /// Encodes a value as JSON. `indent` pretty-prints.
     fn encode(
         #[starlark(require = pos)] value: Value,
@@ -53,29 +60,11 @@ pub fn json_namespace(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<Value<'v>> {
         decode_value(heap, "json.decode", text).map_err(anyhow::Error::msg)
     }
-
-    /// `encode(value)` as a result (`.ok`, `.value`, `.error`).
-    fn try_encode<'v>(
-        #[starlark(require = pos)] value: Value<'v>,
-        #[starlark(require = named, default = false)] indent: bool,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = encode_value("json.encode", value, indent).map(|s| heap.alloc(s));
-        Ok(result(heap, outcome))
-    }
-
-    /// `decode(text)` as a result.
-    fn try_decode<'v>(
-        #[starlark(require = pos)] text: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, decode_value(heap, "json.decode", text)))
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     /// Issue 26: a value that repeats a shared one (512 million strings in a few KB of
     /// heap) is not copied out past the memory budget or the deadline.
@@ -163,7 +152,7 @@ mod tests {
 
     #[test]
     fn files_and_sources_need_the_flag() {
-        use crate::script::builtins::testing::eval_allowing;
+        use crate::script::builtins::snippets::eval_allowing;
         let e = eval("json.file('x.json')").unwrap_err();
         assert!(e.contains("json.file needs --allow-fs"), "{e}");
         let e = eval("json.source({'a': 1}).write_file('x.json')").unwrap_err();

@@ -289,7 +289,7 @@ pub fn lifecycle_globals(builder: &mut GlobalsBuilder) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
     use crate::script::library::Library;
     use crate::script::permissions::Permissions;
     use crate::script::printer::Printer;

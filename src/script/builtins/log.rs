@@ -370,7 +370,7 @@ pub(crate) mod tests {
     use serde_json::{Value as Json, json};
 
     use super::level_index;
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     /// Collects what the JSON formatter writes.
     #[derive(Clone, Default)]
@@ -440,7 +440,7 @@ pub(crate) mod tests {
         let code =
             "log.info('a\\n[other/victim] forged')\nfor i in range(300):\n    log.info('x')\n";
         let (out, lines) =
-            capture(|| crate::script::builtins::testing::eval_hosted("team/c", code));
+            capture(|| crate::script::builtins::snippets::eval_hosted("team/c", code));
         assert!(out.is_ok(), "{out:?}");
         assert_eq!(lines[0]["fields"]["controller"], "team/c", "{:?}", lines[0]);
         assert_eq!(

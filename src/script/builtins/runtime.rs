@@ -95,7 +95,7 @@ pub fn runtime_namespace(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn facts_of_the_platform() {

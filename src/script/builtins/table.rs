@@ -211,7 +211,7 @@ pub fn table_namespace(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn renders_rows_under_headers_with_borders() {

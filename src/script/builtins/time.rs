@@ -18,8 +18,8 @@ mod tests;
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
+use starlark::values::Value;
 use starlark::values::none::NoneType;
-use starlark::values::{Heap, Value};
 
 pub use duration::{DurationValue, from_value as duration_nanos, go_string};
 pub use value::TimeValue;
@@ -43,9 +43,13 @@ const CONSTANTS: &[(&str, &str)] = &[
     ("TimeOnly", layout::TIME_ONLY),
 ];
 
-/// The `time` namespace: its functions and layout constants.
+starlark::globals_static!(FUNCTIONS = time_functions);
+
+/// The `time` namespace: its functions, the `try_` forms derived from them
+/// ([`crate::script::try_form`]) and layout constants.
 pub fn time_namespace(builder: &mut GlobalsBuilder) {
-    time_functions(builder);
+    let tries = ["parse", "format", "duration", "since", "until"];
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &tries);
     for (name, layout) in CONSTANTS {
         builder.set(name, *layout);
     }
@@ -161,61 +165,14 @@ fn time_functions(builder: &mut GlobalsBuilder) {
         or_fail(elapsed("time.until", time, true))
     }
 
-    /// `sleep(...)` as a result (`.ok`, `.value`, `.error`).
+    /// `sleep(...)` as a result (`.ok`, `.value`, `.error`). Written by hand: a sleep
+    /// cut short by the budget is a failed Result here, where a derived form would end
+    /// the call.
     fn try_sleep<'v>(
         #[starlark(require = pos)] duration: Value<'v>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
         let outcome = sleep_value(duration, eval).map(|()| Value::new_none());
         Ok(result(eval.heap(), outcome))
-    }
-
-    /// `parse(...)` as a result: the way to read a time that comes from outside.
-    fn try_parse<'v>(
-        #[starlark(require = pos)] layout: &str,
-        #[starlark(require = pos)] value: &str,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, parse(layout, value).map(|t| heap.alloc(t))))
-    }
-
-    /// `format(...)` as a result.
-    fn try_format<'v>(
-        #[starlark(require = pos)] time: Value<'v>,
-        #[starlark(require = pos)] layout: &str,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = format("time.format", time, layout).map(|s| heap.alloc(s));
-        Ok(result(heap, outcome))
-    }
-
-    /// `duration(...)` as a result.
-    fn try_duration<'v>(
-        #[starlark(require = pos)] value: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, duration(value).map(|d| heap.alloc(d))))
-    }
-
-    /// `since(...)` as a result.
-    fn try_since<'v>(
-        #[starlark(require = pos)] time: Value<'v>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        Host::mark_reached_by(eval);
-        let heap = eval.heap();
-        let outcome = elapsed("time.since", time, false).map(|d| heap.alloc(d));
-        Ok(result(heap, outcome))
-    }
-
-    /// `until(...)` as a result.
-    fn try_until<'v>(
-        #[starlark(require = pos)] time: Value<'v>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        Host::mark_reached_by(eval);
-        let heap = eval.heap();
-        let outcome = elapsed("time.until", time, true).map(|d| heap.alloc(d));
-        Ok(result(heap, outcome))
     }
 }

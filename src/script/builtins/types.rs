@@ -25,7 +25,7 @@ pub fn type_global(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn builtins_and_defs_are_named_as_upstream_does() {

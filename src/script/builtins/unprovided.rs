@@ -77,7 +77,7 @@ pub fn unprovided_modules(builder: &mut GlobalsBuilder) {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     #[test]
     fn every_use_names_the_module() {

@@ -175,7 +175,7 @@ pub fn vars_namespace(builder: &mut GlobalsBuilder) {
 mod tests {
     use std::path::Path;
 
-    use crate::script::builtins::testing::{eval, eval_with};
+    use crate::script::builtins::snippets::{eval, eval_with};
     use crate::script::vars::Vars;
 
     fn vars(args: &[&str]) -> Vars {

@@ -216,8 +216,22 @@ impl<'v> StarlarkValue<'v> for Writer {
     }
 }
 
-#[starlark_module]
+starlark::globals_static!(FUNCTIONS = yaml_functions);
+starlark::globals_static!(FILE_FUNCTIONS = yaml_file_functions);
+
+/// `yaml`'s functions, each with its `try_` form ([`crate::script::try_form`]).
 pub fn yaml_namespace(builder: &mut GlobalsBuilder) {
+    let tries = ["encode", "encode_all", "decode", "decode_all"];
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &tries);
+}
+
+/// `yaml.file` and `yaml.source` (the files capability), each with its `try_` form.
+pub fn yaml_files(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FILE_FUNCTIONS.globals(), &["file", "source"]);
+}
+
+#[starlark_module]
+fn yaml_functions(builder: &mut GlobalsBuilder) {
     /// A value as YAML text.
     fn encode(#[starlark(require = pos)] value: Value) -> anyhow::Result<String> {
         encode_one("yaml.encode", value).map_err(anyhow::Error::msg)
@@ -247,53 +261,12 @@ pub fn yaml_namespace(builder: &mut GlobalsBuilder) {
             .and_then(|t| decode_many(heap, "yaml.decode_all", t))
             .map_err(anyhow::Error::msg)
     }
-
-    /// `encode(value)` as a result (`.ok`, `.value`, `.error`).
-    fn try_encode<'v>(
-        #[starlark(require = pos)] value: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(
-            heap,
-            encode_one("yaml.encode", value).map(|s| heap.alloc(s)),
-        ))
-    }
-
-    /// `encode_all(values)` as a result.
-    fn try_encode_all<'v>(
-        #[starlark(require = pos)] values: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(
-            heap,
-            encode_many("yaml.encode_all", values).map(|s| heap.alloc(s)),
-        ))
-    }
-
-    /// `decode(text)` as a result.
-    fn try_decode<'v>(
-        #[starlark(require = pos)] text: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = text_of("yaml.decode", text).and_then(|t| decode_one(heap, "yaml.decode", t));
-        Ok(result(heap, outcome))
-    }
-
-    /// `decode_all(text)` as a result.
-    fn try_decode_all<'v>(
-        #[starlark(require = pos)] text: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome =
-            text_of("yaml.decode_all", text).and_then(|t| decode_many(heap, "yaml.decode_all", t));
-        Ok(result(heap, outcome))
-    }
 }
 
 /// `yaml.file` (reads) and `yaml.source` (whose `write_file` writes): files of this
 /// machine, so the files capability, never a hosted script's library.
 #[starlark_module]
-pub fn yaml_files(builder: &mut GlobalsBuilder) {
+fn yaml_file_functions(builder: &mut GlobalsBuilder) {
     /// A YAML file to decode (needs `--allow-fs`; read when decoded).
     fn file(
         #[starlark(require = pos)] path: &str,
@@ -308,26 +281,6 @@ pub fn yaml_files(builder: &mut GlobalsBuilder) {
     fn source(#[starlark(require = pos)] data: Value) -> anyhow::Result<Writer> {
         writer(data).map_err(anyhow::Error::msg)
     }
-
-    /// `file(path)` as a result (`.ok`, `.value`, `.error`).
-    fn try_file<'v>(
-        #[starlark(require = pos)] path: &str,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = Host::of(eval)
-            .and_then(|h| h.allow("yaml.file", Access::Fs))
-            .map(|()| eval.heap().alloc(File(PathBuf::from(path))))
-            .map_err(|e| e.to_string());
-        Ok(result(eval.heap(), outcome))
-    }
-
-    /// `source(data)` as a result.
-    fn try_source<'v>(
-        #[starlark(require = pos)] data: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(heap, writer(data).map(|w| heap.alloc(w))))
-    }
 }
 
 fn writer(data: Value) -> Result<Writer, String> {
@@ -338,7 +291,7 @@ fn writer(data: Value) -> Result<Writer, String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::builtins::testing::{eval, eval_allowing};
+    use crate::script::builtins::snippets::{eval, eval_allowing};
 
     /// Issue 26: many conversions in one call, each small in nodes but large in the
     /// strings they copy, are counted together against the memory budget.

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use crate::script::builtins::testing::{eval, eval_allowing};
+use crate::script::builtins::snippets::{eval, eval_allowing};
 
 /// A fresh directory for one test, and its path as a Starlark string literal.
 fn temp_dir(tag: &str) -> (std::path::PathBuf, String) {

@@ -1,4 +1,4 @@
-use crate::script::builtins::testing::{eval, eval_allowing};
+use crate::script::builtins::snippets::{eval, eval_allowing};
 
 #[test]
 fn round_trip() {

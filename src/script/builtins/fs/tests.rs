@@ -1,6 +1,6 @@
 //! Tests of the `fs` module: each function's success, its error and its denial without --allow-fs.
 
-use crate::script::builtins::testing::{eval, eval_allowing, eval_permitted};
+use crate::script::builtins::snippets::{eval, eval_allowing, eval_permitted};
 use crate::script::permissions::{Access, Permissions};
 
 /// A fresh directory for one test, and its path as a Starlark string literal.

@@ -13,7 +13,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::client::MAX_BODY_BYTES;
-use crate::script::builtins::testing::{eval, eval_allowing};
+use crate::script::builtins::snippets::{eval, eval_allowing};
 
 type Body = BoxBody<Bytes, Infallible>;
 

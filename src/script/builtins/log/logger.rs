@@ -224,7 +224,7 @@ mod tests {
 
     use super::*;
     use crate::script::builtins::log::tests::logged;
-    use crate::script::builtins::testing::eval;
+    use crate::script::builtins::snippets::eval;
 
     fn map(v: Json) -> Map<String, Json> {
         match v {

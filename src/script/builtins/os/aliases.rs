@@ -1,8 +1,7 @@
 //! The `os` functions upstream predeclares as globals (`exec`, `try_exec`, `env`,
 //! `setenv`, `cwd`, `chdir`, `hostname`, `pid`, `ppid`, `which`, `username`, `userid`,
-//! `groupid`, `home`, `exit`) and its `user` struct. Each checks what `os.X` checks.
-
-#![expect(unsafe_code, reason = "getppid (libc)")]
+//! `groupid`, `home`, `exit`) and its `user` struct. Each checks what `os.X` checks;
+//! most are the very function `os.X` is ([`crate::script::try_form::aliases`]).
 
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
@@ -12,38 +11,25 @@ use starlark::values::dict::UnpackDictEntries;
 use starlark::values::list::UnpackList;
 use starlark::values::none::{NoneOr, NoneType};
 
-use super::{
-    chdir, current_gid, current_uid, cwd, exec, exit, getenv, home, hostname, setenv, username,
-    which,
-};
+use super::{current_gid, current_uid, cwd, exec, exit, home, username};
+
+/// The `os` functions that are the same function as a global: each checks and says
+/// what `os.X` does.
+const SAME: &[&str] = &[
+    "env", "setenv", "chdir", "which", "hostname", "pid", "ppid", "username", "userid", "groupid",
+];
 
 /// The `os` functions upstream also predeclares as globals, and its `user` struct.
 pub fn os_globals(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::aliases(builder, super::OS_FUNCTIONS.globals(), SAME);
     alias_functions(builder);
     builder.namespace("user", user_functions);
 }
 
+/// The globals written by hand: each names itself (`exec`, not `os.exec`) in its
+/// messages and permission check.
 #[starlark_module]
 fn alias_functions(builder: &mut GlobalsBuilder) {
-    /// `os.env`: an environment variable (needs `--allow-env`), or `default`.
-    fn env(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(default = "")] default: &str,
-        eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<String> {
-        getenv(eval, name, default)
-    }
-
-    /// `os.setenv`: sets a variable for the rest of the script (needs `--allow-env`).
-    fn setenv(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(require = pos)] value: &str,
-        eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<NoneType> {
-        setenv(eval, name, value)?;
-        Ok(NoneType)
-    }
-
     /// `os.exec`: runs a program (needs `--allow-exec`) and returns its stdout.
     #[expect(clippy::too_many_arguments, reason = "upstream's signature")]
     fn exec<'v>(
@@ -110,57 +96,9 @@ fn alias_functions(builder: &mut GlobalsBuilder) {
         exec::run_captured(eval, "try_exec", opts)
     }
 
-    /// `os.hostname`: the machine's host name.
-    fn hostname() -> anyhow::Result<String> {
-        hostname()
-    }
-
     /// `os.cwd`: the script's working directory.
     fn cwd(eval: &mut Evaluator<'_, '_, '_>) -> anyhow::Result<String> {
         cwd(eval, "cwd")
-    }
-    /// `os.chdir`: moves the script's working directory (needs `--allow-fs`).
-    fn chdir(
-        #[starlark(require = pos)] path: &str,
-        eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<NoneType> {
-        chdir(eval, path)?;
-        Ok(NoneType)
-    }
-
-    /// `os.which`: the full path of program `name` on `$PATH` (needs `--allow-exec`),
-    /// or None.
-    fn which(
-        #[starlark(require = pos)] name: &str,
-        eval: &mut Evaluator<'_, '_, '_>,
-    ) -> anyhow::Result<NoneOr<String>> {
-        Ok(NoneOr::from_option(which(eval, name)?))
-    }
-
-    /// `os.pid`: kite's process id.
-    fn pid() -> anyhow::Result<i64> {
-        Ok(i64::from(std::process::id()))
-    }
-
-    /// `os.ppid`: the parent of kite's process.
-    fn ppid() -> anyhow::Result<i64> {
-        // SAFETY: getppid cannot fail and has no preconditions.
-        Ok(i64::from(unsafe { libc::getppid() }))
-    }
-
-    /// `os.username`: the name of the user kite runs as.
-    fn username() -> anyhow::Result<String> {
-        Ok(username())
-    }
-
-    /// `os.userid`: the id of the user kite runs as, as a string.
-    fn userid() -> anyhow::Result<String> {
-        Ok(current_uid().to_string())
-    }
-
-    /// `os.groupid`: the id of the group kite runs as, as a string.
-    fn groupid() -> anyhow::Result<String> {
-        Ok(current_gid().to_string())
     }
 
     /// `os.home`: the home directory (needs `--allow-fs`).

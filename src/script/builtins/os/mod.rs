@@ -32,7 +32,6 @@ use starlark::values::none::{NoneOr, NoneType};
 use starlark::values::{Value, ValueLike};
 
 use crate::script::host::Host;
-use crate::script::outcome::result;
 use crate::script::permissions::Access;
 
 pub(crate) use exec::bytes;
@@ -273,9 +272,18 @@ fn message(e: &anyhow::Error) -> String {
     format!("{e:#}")
 }
 
+/// The functions of `os` whose `try_` forms are derived ([`crate::script::try_form`]):
+/// each returns, as a Result, what the function returns or the error it raises.
+const DERIVED_TRIES: &[&str] = &[
+    "env", "setenv", "chdir", "which", "hostname", "pid", "ppid", "username", "userid", "groupid",
+];
+
+// Built once: `os.env` and the global `env` are the same value.
+starlark::globals_static!(OS_FUNCTIONS = os_functions);
+
 /// The `os` module: its functions and their `try_` forms.
 pub fn os_namespace(builder: &mut GlobalsBuilder) {
-    os_functions(builder);
+    crate::script::try_form::with_tries(builder, OS_FUNCTIONS.globals(), DERIVED_TRIES);
     tries::os_tries(builder);
 }
 
@@ -290,20 +298,6 @@ fn os_functions(builder: &mut GlobalsBuilder) {
         getenv(eval, name, default)
     }
 
-    /// `env()` as a result (`.ok`, `.value`, `.error`).
-    fn try_env<'v>(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(default = "")] default: &str,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = getenv(eval, name, default);
-        let heap = eval.heap();
-        Ok(result(
-            heap,
-            outcome.map(|s| heap.alloc(s)).map_err(|e| message(&e)),
-        ))
-    }
-
     /// Sets an environment variable for the rest of the script and the programs it
     /// runs (needs `--allow-env`); kite's own environment is left alone.
     fn setenv(
@@ -313,19 +307,6 @@ fn os_functions(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<NoneType> {
         setenv(eval, name, value)?;
         Ok(NoneType)
-    }
-
-    /// `setenv()` as a result.
-    fn try_setenv<'v>(
-        #[starlark(require = pos)] name: &str,
-        #[starlark(require = pos)] value: &str,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = setenv(eval, name, value);
-        Ok(result(
-            eval.heap(),
-            outcome.map(|()| Value::new_none()).map_err(|e| message(&e)),
-        ))
     }
 
     /// The script's working directory.
@@ -341,18 +322,6 @@ fn os_functions(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<NoneType> {
         chdir(eval, path)?;
         Ok(NoneType)
-    }
-
-    /// `chdir()` as a result.
-    fn try_chdir<'v>(
-        #[starlark(require = pos)] path: &str,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = chdir(eval, path);
-        Ok(result(
-            eval.heap(),
-            outcome.map(|()| Value::new_none()).map_err(|e| message(&e)),
-        ))
     }
 
     /// The machine's host name (a pod's name inside Kubernetes).
@@ -406,21 +375,6 @@ fn os_functions(builder: &mut GlobalsBuilder) {
         eval: &mut Evaluator<'_, '_, '_>,
     ) -> anyhow::Result<NoneOr<String>> {
         Ok(NoneOr::from_option(which(eval, name)?))
-    }
-
-    /// `which()` as a result.
-    fn try_which<'v>(
-        #[starlark(require = pos)] name: &str,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let outcome = which(eval, name);
-        let heap = eval.heap();
-        Ok(result(
-            heap,
-            outcome
-                .map(|p| p.map_or_else(Value::new_none, |p| heap.alloc(p)))
-                .map_err(|e| message(&e)),
-        ))
     }
 
     /// Runs a command line in `shell` (default `/bin/sh`), or program `cmd` with `args`

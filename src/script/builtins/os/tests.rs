@@ -1,6 +1,6 @@
 //! Tests of the `os` module: the env overlay, exec and its limits, and each permission.
 
-use crate::script::builtins::testing::{eval, eval_allowing, eval_permitted};
+use crate::script::builtins::snippets::{eval, eval_allowing, eval_permitted};
 use crate::script::permissions::{Access, Permissions};
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {

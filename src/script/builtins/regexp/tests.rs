@@ -1,6 +1,6 @@
 //! Tests of the `regexp` module: upstream's documented behaviour, budgets and caches.
 
-use crate::script::builtins::testing::eval;
+use crate::script::builtins::snippets::eval;
 
 /// Issue 26: searching with a kept pattern leaves nothing behind: its search caches
 /// go with the call, where they used to grow inside the pattern for good.

@@ -1,6 +1,6 @@
 //! Scripts using `retry` as upstream documents it.
 
-use crate::script::builtins::testing::eval;
+use crate::script::builtins::snippets::eval;
 
 fn ok(code: &str) -> String {
     eval(code).unwrap_or_else(|e| panic!("{code}: {e}"))

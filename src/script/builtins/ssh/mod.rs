@@ -1,7 +1,7 @@
 //! `ssh`: upstream Starkite's SSH client. `ssh.config(hosts=, user=, ...)` returns an
 //! `ssh.client` whose `exec`, `upload` and `download` (and `try_` variants) work on
 //! every host, at once or one by one; `dry_run=True` only says what would be done.
-//! `kite test` adds `ssh.test_server` and `ssh.test_key` ([`testing`]).
+//! `kite test` adds `ssh.test_server` and `ssh.test_key` ([`test_server`]).
 //!
 //! Connecting needs `--allow-net`; keys, known_hosts and the local side of transfers
 //! `--allow-fs`. Host keys are checked only when `host_key_check=True` or a
@@ -15,7 +15,7 @@ mod incoming;
 mod pump;
 mod remote;
 mod server;
-mod testing;
+mod test_server;
 #[cfg(test)]
 mod tests;
 
@@ -59,6 +59,6 @@ pub struct DryRun(pub bool);
 pub fn test_namespace(builder: &mut GlobalsBuilder) {
     builder.namespace("ssh", |b| {
         ssh_namespace(b);
-        testing::test_helpers(b);
+        test_server::test_helpers(b);
     });
 }

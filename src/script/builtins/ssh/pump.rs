@@ -8,7 +8,7 @@ use std::future::Future;
 use starlark::eval::Evaluator;
 
 use super::server::Call;
-use super::testing::{Registry, answer};
+use super::test_server::{Registry, answer};
 use crate::script::budget;
 use crate::script::host::Host;
 

@@ -305,7 +305,7 @@ down = client(hosts = ["127.0.0.1", "localhost"]).download("/srv/data.bin", "{d}
 #[test]
 fn logins_take_the_password_or_a_test_key_only() {
     let foreign = std::env::temp_dir().join(format!("kite-ssh-foreign-{}", std::process::id()));
-    let key = super::testing::random_key().unwrap();
+    let key = super::test_server::random_key().unwrap();
     std::fs::write(
         &foreign,
         key.to_openssh(russh::keys::ssh_key::LineEnding::LF)
@@ -381,7 +381,7 @@ fn a_silent_host_ends_with_the_budget() {
 
 /// A server with a known host key, and a dialer for it.
 fn keyed_server(rt: &tokio::runtime::Runtime) -> (u16, russh::keys::PrivateKey, watch_stop::Stop) {
-    let host_key = super::testing::random_key().unwrap();
+    let host_key = super::test_server::random_key().unwrap();
     let (tx, _rx) = tokio::sync::mpsc::channel(1);
     let shared = Arc::new(Shared {
         id: 1,
@@ -458,7 +458,7 @@ fn host_keys_are_checked_against_known_hosts() {
     };
     std::fs::write(&file, line(host_key.public_key())).unwrap();
     assert_eq!(dial(Some(file.clone())), Ok(()));
-    let other = super::testing::random_key().unwrap();
+    let other = super::test_server::random_key().unwrap();
     std::fs::write(&file, line(other.public_key())).unwrap();
     let e = dial(Some(file.clone())).unwrap_err();
     assert!(e.contains("does not match line 1"), "{e}");

@@ -201,17 +201,28 @@ fn or_fail<T>(r: Result<T, String>) -> anyhow::Result<T> {
     r.map_err(anyhow::Error::msg)
 }
 
-fn alloc(heap: Heap<'_>, r: Result<Template, String>) -> Value<'_> {
-    result(heap, r.map(|t| heap.alloc(t)))
-}
-
 /// An absent `delims` argument.
 fn no_delims(d: NoneOr<Value<'_>>) -> Value<'_> {
     d.into_option().unwrap_or_else(Value::new_none)
 }
 
-#[starlark_module]
+starlark::globals_static!(FUNCTIONS = template_functions);
+starlark::globals_static!(FILE_FUNCTIONS = template_file_functions);
+
+/// `template.text`, `bytes` and `render`, each with its `try_` form
+/// ([`crate::script::try_form`]).
 pub fn template_namespace(builder: &mut GlobalsBuilder) {
+    let tries = ["text", "bytes", "render"];
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &tries);
+}
+
+/// `template.file` and its `try_` form.
+pub fn template_files(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FILE_FUNCTIONS.globals(), &["file"]);
+}
+
+#[starlark_module]
+fn template_functions(builder: &mut GlobalsBuilder) {
     /// A template from a string; `delims=("<%", "%>")` replaces `{{` and `}}`.
     fn text<'v>(
         #[starlark(require = pos)] template_str: &str,
@@ -240,45 +251,12 @@ pub fn template_namespace(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<String> {
         or_fail(render_once(template_str, data))
     }
-
-    /// `text(...)` as a result (`.ok`, `.value`, `.error`).
-    fn try_text<'v>(
-        #[starlark(require = pos)] template_str: &str,
-        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let t = Template::parse("template.text", template_str.to_owned(), no_delims(delims));
-        Ok(alloc(heap, t))
-    }
-
-    /// `bytes(...)` as a result.
-    fn try_bytes<'v>(
-        #[starlark(require = pos)] data: Value<'v>,
-        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        let t = text_of_bytes("template.bytes", data)
-            .and_then(|text| Template::parse("template.bytes", text, no_delims(delims)));
-        Ok(alloc(heap, t))
-    }
-
-    /// `render(...)` as a result.
-    fn try_render<'v>(
-        #[starlark(require = pos)] template_str: &str,
-        #[starlark(require = pos)] data: Value<'v>,
-        heap: Heap<'v>,
-    ) -> anyhow::Result<Value<'v>> {
-        Ok(result(
-            heap,
-            render_once(template_str, data).map(|s| heap.alloc(s)),
-        ))
-    }
 }
 
 /// `template.file` and `template.try_file`: they read files of this machine, so they
 /// belong to the files capability, never to a hosted script's library.
 #[starlark_module]
-pub fn template_files(builder: &mut GlobalsBuilder) {
+fn template_file_functions(builder: &mut GlobalsBuilder) {
     /// A template read from a file (needs `--allow-fs`).
     fn file<'v>(
         #[starlark(require = pos)] path: &str,
@@ -287,16 +265,5 @@ pub fn template_files(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<Template> {
         let text = or_fail(read_file(eval, "template.file", path))?;
         or_fail(Template::parse("template.file", text, no_delims(delims)))
-    }
-
-    /// `file(...)` as a result.
-    fn try_file<'v>(
-        #[starlark(require = pos)] path: &str,
-        #[starlark(require = named, default = NoneOr::None)] delims: NoneOr<Value<'v>>,
-        eval: &mut Evaluator<'v, '_, '_>,
-    ) -> anyhow::Result<Value<'v>> {
-        let t = read_file(eval, "template.file", path)
-            .and_then(|text| Template::parse("template.file", text, no_delims(delims)));
-        Ok(alloc(eval.heap(), t))
     }
 }

@@ -1,6 +1,6 @@
 //! Tests of the `template` module, through the scripts' globals.
 
-use crate::script::builtins::testing::{eval, eval_allowing};
+use crate::script::builtins::snippets::{eval, eval_allowing};
 
 /// A Starlark string literal for `s`.
 fn lit(s: &str) -> String {

@@ -8,7 +8,7 @@ use starlark::environment::Module;
 use starlark::eval::Evaluator;
 use starlark::syntax::{AstModule, Dialect};
 
-use crate::script::builtins::testing::{eval, eval_allowing, eval_cancellable};
+use crate::script::builtins::snippets::{eval, eval_allowing, eval_cancellable};
 use crate::script::host::Host;
 use crate::script::library::Library;
 use crate::script::permissions::Permissions;

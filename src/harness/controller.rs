@@ -86,7 +86,7 @@ pub(super) fn testing_functions(builder: &mut GlobalsBuilder) {
     ) -> anyhow::Result<TestController> {
         let host = Host::of(eval)?;
         let name = "k8s.testing.controller";
-        let fake = crate::fake::builtin::cluster_of(host, cluster).ok_or_else(|| {
+        let fake = crate::fake_cluster::builtin::cluster_of(host, cluster).ok_or_else(|| {
             anyhow::anyhow!(
                 "{name}: cluster must be a fake cluster from k8s.fake(...), got {cluster}"
             )
@@ -128,7 +128,7 @@ pub(super) fn testing_ready(builder: &mut GlobalsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> anyhow::Result<Value<'v>> {
         let host = Host::of(eval)?;
-        let fake = crate::fake::builtin::cluster_of(host, cluster).ok_or_else(|| {
+        let fake = crate::fake_cluster::builtin::cluster_of(host, cluster).ok_or_else(|| {
             anyhow::anyhow!("k8s.testing.ready: cluster must be a fake cluster from k8s.fake(...), got {cluster}")
         })?;
         let ns = namespace.into_option().unwrap_or("default");

@@ -3,7 +3,7 @@
 
 use serde_json::{Value as Json, json};
 
-use crate::fake::FakeCluster;
+use crate::fake_cluster::FakeCluster;
 use crate::k8s::ops::Target;
 use crate::k8s::session::Session;
 

@@ -9,7 +9,7 @@ use crate::control::controller::Config;
 use crate::control::handlers::Handlers;
 use crate::control::manual::{Manual, Step};
 use crate::control::request::ControlRequest;
-use crate::fake::FakeCluster;
+use crate::fake_cluster::FakeCluster;
 use crate::k8s::session::{Session, SessionCell};
 use crate::script::host::Host;
 use crate::script::run::Finished;

@@ -4,7 +4,7 @@
 use serde_json::{Value as Json, json};
 
 use crate::control::manual::Step;
-use crate::fake::Write;
+use crate::fake_cluster::Write;
 
 /// The report of `step`, given the writes the fake cluster took and the lines the
 /// script printed while it ran.

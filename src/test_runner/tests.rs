@@ -10,7 +10,7 @@ use crate::script::permissions::Permissions;
 
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kite-tester-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("kite-test-runner-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
