@@ -466,21 +466,50 @@ impl Fleet {
         let selector = self.selector();
         for kind in ["slc", "cslc"] {
             kubectl(&["delete", kind, "-A", "-l", &selector, "--wait=false"]);
-            // No operator runs now: take the finalizers off.
-            if let Ok(out) = std::process::Command::new("kubectl")
-                .args(["get", kind, "-A", "-l", &selector, "-o", "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}"])
+            // No operator runs now: take the finalizers off, a few at a time (one
+            // kubectl after another took half an hour for 5000).
+            let Ok(out) = std::process::Command::new("kubectl")
+                .args([
+                    "get",
+                    kind,
+                    "-A",
+                    "-l",
+                    &selector,
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{\"\n\"}{end}",
+                ])
                 .env("KUBECONFIG", cluster::kubeconfig())
                 .output()
-            {
-                for line in String::from_utf8_lossy(&out.stdout).lines() {
+            else {
+                continue;
+            };
+            let (resource_kind, plural) = if kind == "slc" {
+                ("StarlarkController", "starlarkcontrollers")
+            } else {
+                ("ClusterStarlarkController", "clusterstarlarkcontrollers")
+            };
+            let ar = resource(resource_kind, plural);
+            let names: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|line| {
                     let (ns, name) = line.split_once('/').unwrap_or(("", line));
-                    let mut args = vec!["patch", kind, name, "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#];
-                    if !ns.is_empty() {
-                        args.extend(["-n", ns]);
+                    (ns.to_owned(), name.to_owned())
+                })
+                .collect();
+            let patch = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+            futures::stream::iter(names)
+                .for_each_concurrent(16, |(ns, name)| {
+                    let api: Api<DynamicObject> = if ns.is_empty() {
+                        Api::all_with(self.client.clone(), &ar)
+                    } else {
+                        Api::namespaced_with(self.client.clone(), &ns, &ar)
+                    };
+                    let patch = &patch;
+                    async move {
+                        let _ = api.patch(&name, &PatchParams::default(), patch).await;
                     }
-                    kubectl(&args);
-                }
-            }
+                })
+                .await;
         }
         kubectl(&[
             "delete",
