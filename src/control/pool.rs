@@ -156,7 +156,10 @@ impl Pool {
         let size = size.max(1);
         let pool = Pool {
             inner: Arc::new(Inner {
-                state: Mutex::default(),
+                state: Mutex::new(State {
+                    schedule: schedule::Schedule::new(cap.max(size)),
+                    ..State::default()
+                }),
                 wake: Condvar::new(),
                 idle: Condvar::new(),
                 threads: Mutex::default(),

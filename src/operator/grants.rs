@@ -199,16 +199,52 @@ pub async fn apply(
             })?;
         wanted.push((kind, ns, name));
     }
-    // From the API server's cache: five LISTs from etcd per start, each reading every
-    // role, binding and account of the cluster to filter them by label, made an
-    // operator's restart quadratic (5000 controllers: 25 000 LISTs of 5000 objects).
-    // What the cache has not seen yet was generated a moment ago, for this very
-    // version, so it is either kept or pruned at the next apply.
-    prune(client, owner.uid, &wanted, Freshness::Cached).await
+    let freshness = recent::freshness(owner.uid);
+    prune(client, owner.uid, &wanted, freshness).await?;
+    recent::applied(owner.uid);
+    Ok(())
+}
+
+/// Whose grants this process applied a moment ago. A prune lists from the API server's
+/// cache: five LISTs from etcd per start, each reading every role, binding and account
+/// of the cluster to filter them by label, made an operator's restart quadratic (5000
+/// controllers: 25 000 LISTs of 5000 objects). The cache lags etcd by a moment, so what
+/// it may not have seen yet is only what was written a moment ago: an owner whose
+/// grants were applied within [`recent::WITHIN`] lists from etcd, or an earlier
+/// version's objects (a ClusterRoleBinding the new script no longer needs) could be
+/// missed and left granting more than the script is now inferred to need.
+mod recent {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, PoisonError};
+    use std::time::{Duration, Instant};
+
+    use super::Freshness;
+
+    /// Far beyond the cache's lag behind etcd, even on a loaded API server.
+    pub(super) const WITHIN: Duration = Duration::from_secs(30);
+
+    /// A static, not the operator's context: it is what this process wrote, whichever
+    /// path (a start, a restore) applied it. Entries older than [`WITHIN`] go at each
+    /// insert, so it holds at most the applies of the last 30 s.
+    static APPLIED: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::default);
+
+    pub(super) fn freshness(uid: &str) -> Freshness {
+        let applied = APPLIED.lock().unwrap_or_else(PoisonError::into_inner);
+        match applied.get(uid) {
+            Some(at) if at.elapsed() < WITHIN => Freshness::Current,
+            _ => Freshness::Cached,
+        }
+    }
+
+    pub(super) fn applied(uid: &str) {
+        let mut applied = APPLIED.lock().unwrap_or_else(PoisonError::into_inner);
+        applied.retain(|_, at| at.elapsed() < WITHIN);
+        applied.insert(uid.to_owned(), Instant::now());
+    }
 }
 
 /// Where [`prune`] lists from.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Freshness {
     /// The API server's watch cache (`resourceVersion=0`).
     Cached,
@@ -297,6 +333,17 @@ fn label(obj: &mut Json, owner: &Owner<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Attack round (issue 28): a script changed at once must not keep the previous
+    /// version's grants because the API server's cache had not seen them yet.
+    #[test]
+    fn an_owner_applied_a_moment_ago_prunes_from_etcd() {
+        let uid = "7c1d-recent-test";
+        assert_eq!(recent::freshness(uid), Freshness::Cached);
+        recent::applied(uid);
+        assert_eq!(recent::freshness(uid), Freshness::Current);
+        assert_eq!(recent::freshness("another-owner"), Freshness::Cached);
+    }
 
     #[test]
     fn owned_in_its_namespace_labelled_everywhere() {

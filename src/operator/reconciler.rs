@@ -288,8 +288,9 @@ async fn recheck<K: Tenant>(
                 }
             }
         }
-        // Decide again: the author check below now refuses it.
-        Ok(Some(_)) => {}
+        // Decide again: the author check below now refuses it. It must ask the API
+        // server, not take an answer a start was given a moment ago.
+        Ok(Some(_)) => ctx.reviews.forget(&authority.author),
         Err(e) => {
             ctx.registry.author_unchecked(key);
             return Err(Error::CheckAuthor(e));

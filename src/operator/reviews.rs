@@ -12,11 +12,13 @@ use super::authority::{Permission, Result, first_denied};
 
 /// How long an "allowed" answer stands in for another review. A permission taken away
 /// from the author within it is seen by the next start after it, and by every running
-/// controller's own re-check (`--recheck-period`), which never uses these answers.
+/// controller's own re-check (`--recheck-period`), which never uses these answers and,
+/// when it finds the author denied, forgets every answer about them
+/// ([`Reviews::forget`]) so that the decision it leads to asks again.
 const ALLOWED_FOR: Duration = Duration::from_secs(10);
 
-/// The most answers kept; past it the oldest go (each answer is one author and one
-/// permission, so a flood of distinct ones costs reviews, not memory).
+/// The most answers kept: when full (after dropping the expired), new answers are not
+/// kept, so a flood of distinct ones costs reviews, not memory.
 const MAX_ANSWERS: usize = 4096;
 
 /// The permission's attributes, as reviewed (not why it is needed).
@@ -66,14 +68,23 @@ impl Reviews {
         if unknown.is_empty() {
             return Ok(None);
         }
+        // As old as the first review: an answer is never taken for newer than it is.
+        let asked = Instant::now();
         let denied = first_denied(client, author, &unknown).await?;
         if denied.is_none() {
-            self.remember(author, &unknown);
+            self.remember(author, &unknown, asked);
+        } else {
+            self.forget(author);
         }
         Ok(denied)
     }
 
-    fn remember(&self, author: &Author, allowed: &[Permission]) {
+    /// Forgets every answer about `author`: a review just denied them something.
+    pub fn forget(&self, author: &Author) {
+        self.lock().retain(|(who, _), _| who != author);
+    }
+
+    fn remember(&self, author: &Author, allowed: &[Permission], asked: Instant) {
         let mut answers = self.lock();
         let now = Instant::now();
         answers.retain(|_, at| now.duration_since(*at) < ALLOWED_FOR);
@@ -81,7 +92,7 @@ impl Reviews {
             if answers.len() >= MAX_ANSWERS {
                 break;
             }
-            answers.insert((author.clone(), attributes(p)), now);
+            answers.insert((author.clone(), attributes(p)), asked);
         }
     }
 
@@ -123,7 +134,7 @@ mod tests {
         };
         let mut alice_in_admins = alice.clone();
         alice_in_admins.groups = vec!["admins".into()];
-        r.remember(&alice, &[permission("patch", "a.star:3")]);
+        r.remember(&alice, &[permission("patch", "a.star:3")], Instant::now());
         assert!(known(&r, &alice, &permission("patch", "b.star:9")));
         assert!(!known(&r, &alice, &permission("delete", "a.star:3")));
         assert!(
@@ -139,7 +150,41 @@ mod tests {
         let many: Vec<Permission> = (0..MAX_ANSWERS + 10)
             .map(|i| permission(&format!("verb{i}"), ""))
             .collect();
-        r.remember(&author, &many);
+        r.remember(&author, &many, Instant::now());
         assert_eq!(r.lock().len(), MAX_ANSWERS);
+    }
+
+    /// A re-check that finds the author denied forgets what was allowed, so that the
+    /// new decision it leads to asks the API server again (attack round, issue 28).
+    #[test]
+    fn a_denial_forgets_the_authors_answers_and_only_theirs() {
+        let r = Reviews::default();
+        let (alice, bob) = (
+            Author {
+                username: "alice".into(),
+                ..Author::default()
+            },
+            Author {
+                username: "bob".into(),
+                ..Author::default()
+            },
+        );
+        let patch = permission("patch", "");
+        r.remember(&alice, std::slice::from_ref(&patch), Instant::now());
+        r.remember(&bob, std::slice::from_ref(&patch), Instant::now());
+        r.forget(&alice);
+        assert!(!known(&r, &alice, &patch));
+        assert!(known(&r, &bob, &patch));
+    }
+
+    #[test]
+    fn an_answer_is_as_old_as_its_review() {
+        let r = Reviews::default();
+        let author = Author::default();
+        let long_ago = Instant::now()
+            .checked_sub(ALLOWED_FOR)
+            .expect("a monotonic clock this far along");
+        r.remember(&author, &[permission("get", "")], long_ago);
+        assert!(!known(&r, &author, &permission("get", "")));
     }
 }

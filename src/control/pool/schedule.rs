@@ -34,6 +34,8 @@ pub(super) struct Schedule {
     active: usize,
     /// When every member was last asked ([`SWEEP`]).
     swept: Option<Instant>,
+    /// The pool's most threads, which shares are of.
+    cap: usize,
 }
 
 /// One tenant's counts.
@@ -43,8 +45,8 @@ struct Group {
     running: usize,
     /// Its members in line, in the ready line or in `waiting`.
     queued: usize,
-    /// Members passed over while the group was at its share.
-    waiting: Vec<u64>,
+    /// Members passed over while the group was at its share, in their order.
+    waiting: VecDeque<u64>,
 }
 
 impl Group {
@@ -54,31 +56,56 @@ impl Group {
 }
 
 impl Schedule {
-    /// Changes `group`'s counts. A job fewer lets its waiting members back in line, and
-    /// a group fewer raises every share, so then every waiting member is let back in.
+    /// A schedule for a pool of at most `cap` threads.
+    pub(super) fn new(cap: usize) -> Self {
+        Schedule {
+            cap,
+            ..Schedule::default()
+        }
+    }
+
+    /// Changes `group`'s counts. A job fewer lets as many of its waiting members back
+    /// in line as it has room for, and a group fewer raises every share, so then each
+    /// group's waiting members are let in up to its new room. Never more: a namespace
+    /// of thousands of waiting controllers would otherwise cost a pass over all of them
+    /// at every job's end.
     fn count(&mut self, group: &Arc<str>, running: isize, queued: isize) {
         let g = self.groups.entry(group.clone()).or_default();
         let was = g.active();
         g.running = g.running.saturating_add_signed(running);
         g.queued = g.queued.saturating_add_signed(queued);
         let is = g.active();
-        if running < 0 {
-            let waiting = std::mem::take(&mut g.waiting);
-            self.ready.extend(waiting);
-        }
         match (was, is) {
             (false, true) => self.active += 1,
             (true, false) => {
                 self.active -= 1;
-                for g in self.groups.values_mut() {
-                    self.ready.extend(g.waiting.drain(..));
+                self.groups.remove(group);
+                let waiting: Vec<Arc<str>> = self
+                    .groups
+                    .iter()
+                    .filter(|(_, g)| !g.waiting.is_empty())
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for name in &waiting {
+                    self.release(name);
                 }
+                return;
             }
             _ => {}
         }
-        if !is {
-            self.groups.remove(group);
+        if running < 0 {
+            self.release(group);
         }
+    }
+
+    /// Lets `group`'s first waiting members back in line, as many as it has room for.
+    fn release(&mut self, group: &Arc<str>) {
+        let limit = group_limit(self.cap, self.active);
+        let Some(g) = self.groups.get_mut(group) else {
+            return;
+        };
+        let room = limit.saturating_sub(g.running).min(g.waiting.len());
+        self.ready.extend(g.waiting.drain(..room));
     }
 
     /// Whether `group` holds its share of the pool's `cap` threads now.
@@ -178,7 +205,7 @@ impl State {
                 && self.schedule.full(g, cap)
             {
                 if let Some(waiting) = self.schedule.groups.get_mut(g) {
-                    waiting.waiting.push(id);
+                    waiting.waiting.push_back(id);
                 }
                 continue;
             }
@@ -210,6 +237,15 @@ impl State {
         }
         m.timer = Some(at);
         self.schedule.timers.push(Reverse((at, id)));
+        // Entries a sooner time replaced stay until their own time: rebuilt when they
+        // outnumber the live ones, so requeues that keep moving sooner stay bounded.
+        if self.schedule.timers.len() > 2 * self.members.len() + 64 {
+            self.schedule.timers = self
+                .members
+                .iter()
+                .filter_map(|(id, m)| m.timer.map(|at| Reverse((at, *id))))
+                .collect();
+        }
     }
 
     /// Puts in line the members whose timers are due.
@@ -240,6 +276,11 @@ impl State {
             return;
         }
         self.schedule.swept = Some(now);
+        // Waiting members are let back in a few at a time; one that left meanwhile
+        // may have taken a place, so all are looked at again here.
+        for g in self.schedule.groups.values_mut() {
+            self.schedule.ready.extend(g.waiting.drain(..));
+        }
         let idle: Vec<(u64, Arc<dyn super::Source>)> = self
             .members
             .iter()
@@ -263,15 +304,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_group_fewer_lets_every_waiting_member_back_in_line() {
-        let mut s = Schedule::default();
+    fn a_group_fewer_lets_waiting_members_back_in_line_up_to_the_new_share() {
+        let mut s = Schedule::new(6);
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
         s.count(&a, 2, 1);
         s.count(&b, 0, 1);
         assert_eq!(s.active, 2);
         assert!(s.full(&a, 6), "two groups: a share of 2");
-        s.groups.get_mut(&a).unwrap().waiting.push(7);
-        // b leaves the line: a alone may hold 3.
+        s.groups.get_mut(&a).unwrap().waiting.extend([7, 8, 9]);
+        // b leaves the line: a alone may hold 3, one more than it runs.
         s.count(&b, 0, -1);
         assert_eq!(s.active, 1);
         assert!(!s.full(&a, 6));
@@ -279,14 +320,17 @@ mod tests {
         assert!(!s.groups.contains_key(&b), "an idle group is forgotten");
     }
 
+    /// Attack round (issue 28): a namespace of thousands of waiting controllers costs
+    /// a job's end only the members it has room for.
     #[test]
-    fn a_job_ending_lets_its_group_back_in_line() {
-        let mut s = Schedule::default();
+    fn a_job_ending_lets_in_only_as_many_as_its_group_has_room_for() {
+        let mut s = Schedule::new(6);
         let a: Arc<str> = Arc::from("a");
-        s.count(&a, 1, 1);
-        s.groups.get_mut(&a).unwrap().waiting.extend([1, 2]);
+        s.count(&a, 3, 1);
+        s.groups.get_mut(&a).unwrap().waiting.extend(0..5000);
         s.count(&a, -1, 0);
-        assert_eq!(s.ready, [1, 2]);
+        assert_eq!(s.ready, [0], "alone, a share of 3: room for one");
+        assert_eq!(s.groups[&a].waiting.len(), 4999);
         assert_eq!(s.active, 1, "still in line");
     }
 
