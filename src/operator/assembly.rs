@@ -263,6 +263,7 @@ fn context(
         ),
         discovery: Discovery::new(client.clone()),
         ceiling: opts.ceiling.clone(),
+        seen: Arc::default(),
         ceilings: Arc::default(),
         reviews: Arc::default(),
         handler_budget: opts.handler_budget,

@@ -6,18 +6,20 @@
 //! this every such watch would be open twice.
 
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::grants::OWNER_LABEL;
+use super::grants::{Kind, OWNER_LABEL};
+use super::seen::Seen;
 use super::trigger::{self, TriggerBackoff};
 
 /// Objects a watch delivered, waiting for a slow controller: beyond this the watch waits
@@ -56,6 +58,29 @@ where
         .backoff(TriggerBackoff::default())
         .touched_objects();
     spread(kind, watch, outputs)
+}
+
+/// As [`fanout`], for a kind the operator generates: every event is taken in by `seen`
+/// first, so that a reconcile woken by an object reads a view that has it; and when a
+/// list completes, the objects seen before that it no longer has are delivered too
+/// (as stand-ins), so that an owner whose object went during a gap re-applies it.
+pub fn fanout_generated<T>(
+    api: Api<T>,
+    config: watcher::Config,
+    outputs: usize,
+    (seen, kind): (&Arc<Seen>, Kind),
+) -> Tap<T>
+where
+    T: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Default,
+    T: Debug + Send + Sync + 'static,
+{
+    seen.watching(kind);
+    let seen = seen.clone();
+    let watch = watcher(api, config)
+        .backoff(TriggerBackoff::default())
+        .map_ok(move |event| futures::stream::iter(seen.observe(kind, event).into_iter().map(Ok)))
+        .try_flatten();
+    spread(kind.name().to_owned(), watch, outputs)
 }
 
 /// Delivers every object of `watch` to `outputs` streams, until every output is gone.
@@ -105,7 +130,12 @@ pub struct Taps {
 impl Taps {
     /// The watches of an operator limited to `namespace` (None: all), whose ceiling
     /// ClusterRole is `ceiling`.
-    pub fn new(client: &kube::Client, namespace: Option<&String>, ceiling: &str) -> Self {
+    pub fn new(
+        client: &kube::Client,
+        namespace: Option<&String>,
+        ceiling: &str,
+        seen: &Arc<Seen>,
+    ) -> Self {
         let ns = namespace;
         let outputs = if ns.is_some() { 1 } else { 2 };
         let owned = trigger::watch_config().labels(OWNER_LABEL);
@@ -119,13 +149,38 @@ impl Taps {
                 outputs,
             ),
             ceiling: fanout(Api::all(client.clone()), only_ceiling, outputs),
-            service_accounts: fanout(in_scope(client, ns), owned.clone(), outputs),
-            roles: fanout(in_scope(client, ns), owned.clone(), outputs),
-            role_bindings: fanout(in_scope(client, ns), owned.clone(), outputs),
+            service_accounts: fanout_generated(
+                in_scope(client, ns),
+                owned.clone(),
+                outputs,
+                (seen, Kind::ServiceAccount),
+            ),
+            roles: fanout_generated(
+                in_scope(client, ns),
+                owned.clone(),
+                outputs,
+                (seen, Kind::Role),
+            ),
+            role_bindings: fanout_generated(
+                in_scope(client, ns),
+                owned.clone(),
+                outputs,
+                (seen, Kind::RoleBinding),
+            ),
             cluster: ns.is_none().then(|| {
                 (
-                    fanout(Api::all(client.clone()), owned.clone(), outputs),
-                    fanout(Api::all(client.clone()), owned, outputs),
+                    fanout_generated(
+                        Api::all(client.clone()),
+                        owned.clone(),
+                        outputs,
+                        (seen, Kind::ClusterRole),
+                    ),
+                    fanout_generated(
+                        Api::all(client.clone()),
+                        owned,
+                        outputs,
+                        (seen, Kind::ClusterRoleBinding),
+                    ),
                 )
             }),
         }

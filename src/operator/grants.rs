@@ -6,6 +6,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value as Json, json};
 
+use super::seen::{self, Place, Seen};
 use crate::rbac::Rules;
 
 /// The field manager of everything the operator writes.
@@ -20,18 +21,48 @@ pub fn manager(uid: &str) -> String {
 pub const OWNER_LABEL: &str = "starkite.io/owner-uid";
 
 /// The kinds the operator generates.
-const KINDS: &[(&str, &str, &str, bool)] = &[
-    ("", "v1", "ServiceAccount", true),
-    ("rbac.authorization.k8s.io", "v1", "Role", true),
-    ("rbac.authorization.k8s.io", "v1", "RoleBinding", true),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRole", false),
-    (
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        false,
-    ),
-];
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    ServiceAccount,
+    Role,
+    RoleBinding,
+    ClusterRole,
+    ClusterRoleBinding,
+}
+
+impl Kind {
+    /// The namespaced kinds first: a StarlarkController is only ever granted those.
+    pub const ALL: [Kind; 5] = [
+        Kind::ServiceAccount,
+        Kind::Role,
+        Kind::RoleBinding,
+        Kind::ClusterRole,
+        Kind::ClusterRoleBinding,
+    ];
+
+    /// The kind as an object's `kind` field names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::ServiceAccount => "ServiceAccount",
+            Kind::Role => "Role",
+            Kind::RoleBinding => "RoleBinding",
+            Kind::ClusterRole => "ClusterRole",
+            Kind::ClusterRoleBinding => "ClusterRoleBinding",
+        }
+    }
+
+    fn parse(kind: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == kind)
+    }
+
+    fn resource(self) -> ApiResource {
+        let group = match self {
+            Kind::ServiceAccount => "",
+            _ => "rbac.authorization.k8s.io",
+        };
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", self.name()))
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -99,7 +130,7 @@ impl Grant {
     ///
     /// # Errors
     /// As [`apply`].
-    pub async fn restore(&self, client: &kube::Client) -> Result<()> {
+    pub async fn restore(&self, client: &kube::Client, seen: &Seen) -> Result<()> {
         let owner = Owner {
             kind: self.kind,
             name: &self.name,
@@ -108,6 +139,7 @@ impl Grant {
         };
         apply(
             client,
+            seen,
             &owner,
             &self.service_account,
             &self.home,
@@ -115,18 +147,6 @@ impl Grant {
         )
         .await
     }
-}
-
-fn resource(kind: &str) -> Option<(ApiResource, bool)> {
-    KINDS
-        .iter()
-        .find(|k| k.2 == kind)
-        .map(|&(g, v, k, namespaced)| {
-            (
-                ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k)),
-                namespaced,
-            )
-        })
 }
 
 fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -137,12 +157,15 @@ fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<
 }
 
 /// Applies the ServiceAccount `service_account` in `home` and the roles granting
-/// `rules`, then deletes generated objects of `owner` that are no longer wanted.
+/// `rules`, then deletes generated objects of `owner` that are no longer wanted. An
+/// object the operator's watches show exactly as wanted is not written again, and
+/// what to delete is taken from them too ([`Seen`]).
 ///
 /// # Errors
 /// A wildcard or invalid name, or an API error (the operator retries with backoff).
 pub async fn apply(
     client: &kube::Client,
+    seen: &Seen,
     owner: &Owner<'_>,
     service_account: &str,
     home: &str,
@@ -150,18 +173,25 @@ pub async fn apply(
 ) -> Result<()> {
     let mut objects = crate::artifacts::identity_objects(rules, service_account, home)?;
     let mut wanted = Vec::new();
+    seen.settle().await;
     for obj in &mut objects {
         label(obj, owner);
-        let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
+        let Some(of) = obj["kind"].as_str().and_then(Kind::parse) else {
+            continue;
+        };
+        let kind = of.name().to_owned();
         let name = obj["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
         let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
-        let Some((ar, _)) = resource(&kind) else {
+        let place = (ns, name);
+        if seen.holds(of, &place, owner.uid, seen::fingerprint(obj, owner.uid)) {
+            wanted.push((of, place));
             continue;
-        };
-        let api = api(client, &ar, ns.as_deref());
+        }
+        let (ns, name) = place;
+        let api = api(client, &of.resource(), ns.as_deref());
         // Never over another resource's identity: an object of this name that is not
         // labelled as ours is someone else's (a collision, or a planted object).
         match api.get_metadata_opt(&name).await {
@@ -197,22 +227,24 @@ pub async fn apply(
                 name: name.clone(),
                 source,
             })?;
-        wanted.push((kind, ns, name));
+        wanted.push((of, (ns, name)));
     }
     let freshness = recent::freshness(owner.uid);
-    prune(client, owner.uid, &wanted, freshness).await?;
+    let within = owner.namespace.as_deref();
+    prune(client, Some(seen), (owner.uid, within), &wanted, freshness).await?;
     recent::applied(owner.uid);
     Ok(())
 }
 
-/// Whose grants this process applied a moment ago. A prune lists from the API server's
-/// cache: five LISTs from etcd per start, each reading every role, binding and account
-/// of the cluster to filter them by label, made an operator's restart quadratic (5000
-/// controllers: 25 000 LISTs of 5000 objects). The cache lags etcd by a moment, so what
-/// it may not have seen yet is only what was written a moment ago: an owner whose
-/// grants were applied within [`recent::WITHIN`] lists from etcd, or an earlier
-/// version's objects (a ClusterRoleBinding the new script no longer needs) could be
-/// missed and left granting more than the script is now inferred to need.
+/// Whose grants this process applied a moment ago. A prune finds an owner's objects in
+/// the operator's watches, or else in the API server's cache: five LISTs from etcd per
+/// start, each reading every role, binding and account of the cluster to filter them
+/// by label, made an operator's restart quadratic (5000 controllers: 25 000 LISTs of
+/// 5000 objects). Both lag etcd by a moment, so what they may not have seen yet is only
+/// what was written a moment ago: an owner whose grants were applied within
+/// [`recent::WITHIN`] lists from etcd, or an earlier version's objects (a
+/// ClusterRoleBinding the new script no longer needs) could be missed and left granting
+/// more than the script is now inferred to need until their watch event arrives.
 mod recent {
     use std::collections::HashMap;
     use std::sync::{LazyLock, Mutex, PoisonError};
@@ -246,7 +278,7 @@ mod recent {
 /// Where [`prune`] lists from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Freshness {
-    /// The API server's watch cache (`resourceVersion=0`).
+    /// The operator's watches, or the API server's watch cache (`resourceVersion=0`).
     Cached,
     /// etcd: nothing may be missed (the owner is gone).
     Current,
@@ -257,13 +289,19 @@ enum Freshness {
 /// # Errors
 /// An API error.
 pub async fn remove(client: &kube::Client, uid: &str) -> Result<()> {
-    prune(client, uid, &[], Freshness::Current).await
+    prune(client, None, (uid, None), &[], Freshness::Current).await
 }
 
+/// Deletes `uid`'s generated objects but `keep`: those `within` its namespace for a
+/// StarlarkController (it is never granted anything outside it), or anywhere. Where
+/// they are found: the operator's watches (`seen`) unless they may lag what matters
+/// (`Current`); otherwise a LIST, from the API server's cache or from etcd as
+/// `freshness` says.
 async fn prune(
     client: &kube::Client,
-    uid: &str,
-    keep: &[(String, Option<String>, String)],
+    seen: Option<&Seen>,
+    (uid, within): (&str, Option<&str>),
+    keep: &[(Kind, Place)],
     freshness: Freshness,
 ) -> Result<()> {
     let selector = ListParams::default().labels(&format!("{OWNER_LABEL}={uid}"));
@@ -271,26 +309,45 @@ async fn prune(
         Freshness::Cached => selector.match_any(),
         Freshness::Current => selector,
     };
-    for &(_, _, kind, _) in KINDS {
-        let Some((ar, _)) = resource(kind) else {
-            continue;
+    let kinds = match within {
+        Some(_) => &Kind::ALL[..3],
+        None => &Kind::ALL[..],
+    };
+    for &kind in kinds {
+        let ar = kind.resource();
+        let watched = seen
+            .filter(|_| freshness == Freshness::Cached)
+            .and_then(|s| s.owned(kind, uid))
+            .map(|places| {
+                places
+                    .into_iter()
+                    .filter(|(ns, _)| within.is_none() || ns.as_deref() == within)
+                    .collect()
+            });
+        let found: Vec<Place> = match watched {
+            Some(places) => places,
+            None => api(client, &ar, within)
+                .list_metadata(&selector)
+                .await
+                .map_err(|source| Error::List {
+                    kind: kind.name().to_owned(),
+                    source,
+                })?
+                .items
+                .into_iter()
+                .map(|item| {
+                    (
+                        item.metadata.namespace,
+                        item.metadata.name.unwrap_or_default(),
+                    )
+                })
+                .collect(),
         };
-        let list = api(client, &ar, None)
-            .list_metadata(&selector)
-            .await
-            .map_err(|source| Error::List {
-                kind: kind.to_owned(),
-                source,
-            })?;
-        for item in list.items {
-            let name = item.metadata.name.clone().unwrap_or_default();
-            let ns = item.metadata.namespace.clone();
-            if keep
-                .iter()
-                .any(|(k, n, m)| k == kind && *n == ns && *m == name)
-            {
+        for place in found {
+            if keep.iter().any(|(k, p)| *k == kind && *p == place) {
                 continue;
             }
+            let (ns, name) = place;
             match api(client, &ar, ns.as_deref())
                 .delete(&name, &DeleteParams::default())
                 .await
@@ -299,7 +356,7 @@ async fn prune(
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(source) => {
                     return Err(Error::Delete {
-                        kind: kind.to_owned(),
+                        kind: kind.name().to_owned(),
                         name,
                         source,
                     });
@@ -373,13 +430,19 @@ mod tests {
             role["metadata"]["ownerReferences"][0]["kind"],
             "ClusterStarlarkController"
         );
-        for (_, _, kind, _) in KINDS {
-            let (ar, _) = resource(kind).unwrap();
+        for kind in Kind::ALL {
+            let ar = kind.resource();
             assert!(ar.plural.ends_with('s'), "{}", ar.plural);
+            assert_eq!(Kind::parse(kind.name()), Some(kind));
+        }
+        for (i, kind) in Kind::ALL.into_iter().enumerate() {
+            let namespaced = !kind.name().starts_with("Cluster");
+            assert_eq!(namespaced, i < 3, "the namespaced kinds first: {kind:?}");
         }
         assert_eq!(
-            resource("ClusterRoleBinding").unwrap().0.plural,
+            Kind::ClusterRoleBinding.resource().plural,
             "clusterrolebindings"
         );
+        assert_eq!(Kind::ServiceAccount.resource().group, "");
     }
 }

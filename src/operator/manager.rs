@@ -355,7 +355,7 @@ async fn drive(parts: &Parts, audited: &broadcast::Sender<Key>) -> bool {
         label_selector: opts.selector.clone(),
         ..trigger::watch_config()
     };
-    let taps = Taps::new(client, opts.namespace.as_ref(), &opts.ceiling);
+    let taps = Taps::new(client, opts.namespace.as_ref(), &opts.ceiling, &ctx.seen);
     let namespaced = kinds::controller::<StarlarkController>(
         client,
         opts,

@@ -4,7 +4,8 @@
 //! controller of each of its [`kinds`]: StarlarkControllers and ClusterStarlarkControllers
 //! (both a [`tenant`]; how its watches feed it is [`trigger`]); [`reconciler`] decides on each
 //! one in steps, from its [`inputs`]: it validates each script, keeps a StarlarkController within
-//! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`])
+//! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`],
+//! written only where its watches, [`seen`], show them otherwise)
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
 //! impersonates that account ([`identity`], [`startup`]); a [`decision`] records the outcome.
 //! [`registry`] holds the running controllers, [`status`] what is reported, [`quota`]
@@ -49,6 +50,7 @@ pub mod registration;
 pub mod registry;
 pub mod resource;
 pub mod reviews;
+pub mod seen;
 pub mod shard;
 pub mod startup;
 pub mod status;

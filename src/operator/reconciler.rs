@@ -43,6 +43,8 @@ pub struct Context {
     pub discovery: Discovery,
     /// The name of the ceiling ClusterRole.
     pub ceiling: String,
+    /// The generated objects as the operator's watches of them last saw them.
+    pub seen: Arc<super::seen::Seen>,
     /// The ceiling as last read, until its watch reports a change.
     pub ceilings: Arc<ceiling::Cache>,
     /// Authors' permissions allowed a moment ago, for starts (never for re-checks).
@@ -224,7 +226,7 @@ async fn restore<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Result<bo
     {
         // Nothing new to decide; but someone may have deleted or edited what was
         // granted.
-        match grant.restore(&ctx.client).await {
+        match grant.restore(&ctx.client, &ctx.seen).await {
             Ok(()) => {
                 tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
             }
@@ -461,7 +463,7 @@ async fn grant<'a, K: Tenant>(
             home: inputs.home.clone(),
             rules: runnable.inference.rules.clone(),
         };
-        match grant.restore(&ctx.client).await {
+        match grant.restore(&ctx.client, &ctx.seen).await {
             Ok(()) => {}
             Err(e @ grants::Error::Conflict { .. }) => {
                 d.retry_later()

@@ -133,6 +133,39 @@ fn start_operator(ns: &str, ceiling: &str, port: u16) -> Kite {
     ])
 }
 
+/// The requests since `since` that read, wrote or listed a generated ServiceAccount,
+/// Role or RoleBinding of the StarlarkControllers in `ns` (not the watches: they are
+/// the operator's view of them), as `verb uri`.
+async fn identity_requests_since(ns: &str, since: k8s_openapi::jiff::Timestamp) -> Vec<String> {
+    let uids = kubectl(&[
+        "get",
+        "slc",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ])
+    .await;
+    let uids = String::from_utf8_lossy(&uids.stdout).into_owned();
+    let prunes = uids
+        .split_whitespace()
+        .flat_map(|uid| audit_events(&format!("owner-uid%3D{uid}")));
+    let named = ["serviceaccounts", "roles", "rolebindings"]
+        .into_iter()
+        .flat_map(|r| audit_events(&format!("/namespaces/{ns}/{r}/starkite-")));
+    prunes
+        .chain(named)
+        .filter(|e| e["stage"] == "ResponseComplete" && e["verb"] != "watch")
+        .filter(|e| {
+            e["requestReceivedTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_some_and(|t| t > since)
+        })
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect()
+}
+
 #[tokio::test]
 async fn fifty_controllers_in_one_operator_and_a_restart() {
     // Its timings are taken with no other test running, as when it had a binary of
@@ -208,6 +241,7 @@ async fn fifty_controllers_in_one_operator_and_a_restart() {
         "a clean shutdown"
     );
     apply_all(ns, deployments(6)).await;
+    let restarted = k8s_openapi::jiff::Timestamp::now();
     let mut op = start_operator(ns, &ceiling, port);
     wait_until(
         "every deployment corrected after the restart",
@@ -215,6 +249,19 @@ async fn fifty_controllers_in_one_operator_and_a_restart() {
         || all_corrected(ns, "3"),
     )
     .await;
+    wait_until(
+        "50 Ready after the restart",
+        Duration::from_secs(60),
+        || async { ready_count(ns).await == COUNT },
+    )
+    .await;
+    let asked = identity_requests_since(ns, restarted).await;
+    assert!(
+        asked.is_empty(),
+        "the restarted operator found every generated identity as wanted in its watches, yet asked the API server about {} of them: {:?}",
+        asked.len(),
+        asked.iter().take(5).collect::<Vec<_>>()
+    );
     kubectl_ok(&["delete", "slc", "--all", "-n", ns, "--timeout=120s"]).await;
     sigterm(op.pid());
     op.wait(Duration::from_secs(60)).await;
