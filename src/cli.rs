@@ -156,7 +156,9 @@ pub struct OperatorArgs {
     /// Unset: approvals do not expire.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub approval_max_age: Option<std::time::Duration>,
-    /// At most one status write per StarlarkController this often.
+    /// At most one status write per StarlarkController this often. A change to its
+    /// counts alone (reconciles, errors) waits longer when the operator hosts more than
+    /// 100: such writes are spread to 50 a second in all.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub status_period: std::time::Duration,
     /// How often a running controller's author is checked again (deleted, or refused by

@@ -468,7 +468,7 @@ async fn flush_statuses(
         // A few at a time: after a restart every controller's status is new, and one
         // write after another left thousands of Ready controllers unreported for a minute.
         let writes = registry
-            .pending_statuses()
+            .pending_statuses(counts_every(period, registry.len()))
             .into_iter()
             .map(|(key, status)| {
                 let (client, registry) = (&client, &registry);
@@ -485,6 +485,19 @@ async fn flush_statuses(
 
 /// Status writes under way at once.
 const STATUS_WRITES: usize = 16;
+
+/// Writes a second of statuses whose counts alone changed, across all controllers: a
+/// reconcile changes its controller's counts, and 5000 busy controllers written every
+/// 2 s would be 2500 writes a second, the API server's whole capacity.
+const COUNT_WRITES_PER_SECOND: u32 = 50;
+
+/// How often one controller's counts alone are written when `hosted` controllers
+/// share [`COUNT_WRITES_PER_SECOND`]: every `period` up to 100 of them (at 2 s).
+fn counts_every(period: Duration, hosted: usize) -> Duration {
+    let share = Duration::from_secs(1) * u32::try_from(hosted).unwrap_or(u32::MAX)
+        / COUNT_WRITES_PER_SECOND;
+    period.max(share)
+}
 
 /// Writes one controller's status, and records it as written.
 async fn write_status(
@@ -520,5 +533,21 @@ async fn write_status(
         Err(_) => {
             tracing::warn!(controller = %shown, "writing status timed out");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_written_every_period_until_the_writes_would_pass_their_rate() {
+        let period = Duration::from_secs(2);
+        assert_eq!(counts_every(period, 1), period);
+        assert_eq!(counts_every(period, 100), period);
+        assert_eq!(counts_every(period, 1000), Duration::from_secs(20));
+        assert_eq!(counts_every(period, 5000), Duration::from_secs(100));
+        // No overflow, however many.
+        assert!(counts_every(period, usize::MAX) > Duration::from_secs(85_899_345));
     }
 }

@@ -25,8 +25,9 @@ pub struct Entry {
     pub outcome: Outcome,
     /// The ConfigMap the script comes from, whose changes reload the controller.
     pub script_ref: Option<(String, String)>,
-    /// The status last written, to skip writes that change nothing.
+    /// The status last written, to skip writes that change nothing, and when.
     pub written: Option<StarlarkControllerStatus>,
+    pub written_at: Option<Instant>,
     /// The identity generated for the running controller, re-applied when someone
     /// deletes or edits part of it.
     pub grants: Option<Arc<Grant>>,
@@ -337,22 +338,37 @@ impl Registry {
             .collect()
     }
 
-    /// Statuses that differ from what was last written.
-    pub fn pending_statuses(&self) -> Vec<(Key, StarlarkControllerStatus)> {
+    /// Statuses that differ from what was last written: at once where the decision
+    /// changed, and where only the counts did, once their last write is `counts_every`
+    /// old ([`status::counts_only`]).
+    pub fn pending_statuses(&self, counts_every: Duration) -> Vec<(Key, StarlarkControllerStatus)> {
         self.lock()
             .iter()
             .filter_map(|(k, e)| {
                 let live = e.hosted.as_ref().map(live).unwrap_or_default();
                 let next = status::render(&e.outcome, &live, e.written.as_ref());
-                (e.written.as_ref() != Some(&next)).then(|| (k.clone(), next))
+                let due = match (&e.written, e.written_at) {
+                    (Some(w), _) if *w == next => false,
+                    (Some(w), Some(at)) if status::counts_only(&next, w) => {
+                        at.elapsed() >= counts_every
+                    }
+                    _ => true,
+                };
+                due.then(|| (k.clone(), next))
             })
             .collect()
+    }
+
+    /// How many controller resources it holds.
+    pub fn len(&self) -> usize {
+        self.lock().len()
     }
 
     /// Remembers a status as written.
     pub fn written(&self, key: &Key, status: StarlarkControllerStatus) {
         if let Some(e) = self.lock().get_mut(key) {
             e.written = Some(status);
+            e.written_at = Some(Instant::now());
         }
     }
 

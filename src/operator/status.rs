@@ -1,5 +1,6 @@
 //! The status of a StarlarkController: what the operator decided about it, plus the
-//! running controller's counts, written at most once per flush period.
+//! running controller's counts, written at most once per flush period (the counts
+//! alone less often when thousands of controllers are busy, [`counts_only`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -126,6 +127,39 @@ pub fn render(
     }
 }
 
+/// Whether `next` differs from `written` only in the running controller's counts (its
+/// reconciles and errors, their times and its last error): news that can wait, unlike
+/// a decision (phase, conditions). Every field is named, so that a new one has to be
+/// placed on one side or the other.
+pub fn counts_only(next: &StarlarkControllerStatus, written: &StarlarkControllerStatus) -> bool {
+    fn decided(s: &StarlarkControllerStatus) -> impl PartialEq + '_ {
+        let StarlarkControllerStatus {
+            conditions,
+            phase,
+            observed_generation,
+            watching,
+            service_account,
+            started_at,
+            replica,
+            logs,
+            reconciles: _,
+            errors: _,
+            last_error: _,
+            last_reconcile_time: _,
+            recent_reconciles: _,
+        } = s;
+        (
+            conditions,
+            phase,
+            observed_generation,
+            watching,
+            service_account,
+            (started_at, replica, logs),
+        )
+    }
+    decided(next) == decided(written)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +213,28 @@ mod tests {
         let live_only = render(&outcome(true), &live, None);
         assert_eq!(live_only.last_error.as_deref(), Some("later"));
         assert_eq!(live_only.errors, 2);
+    }
+
+    #[test]
+    fn counts_can_wait_and_decisions_cannot() {
+        let written = render(&outcome(true), &Live::default(), None);
+        let busier = Live {
+            reconciles: 7,
+            errors: 1,
+            last_error: Some("x".into()),
+            last_reconcile: Some(std::time::SystemTime::now()),
+            recent: Vec::new(),
+        };
+        let counted = render(&outcome(true), &busier, Some(&written));
+        assert_ne!(counted, written);
+        assert!(counts_only(&counted, &written));
+        let decided = render(&outcome(false), &busier, Some(&written));
+        assert!(!counts_only(&decided, &written), "Ready went False");
+        let mut moved = outcome(true);
+        moved.watching = Some("apps/v1 Deployment".into());
+        assert!(!counts_only(
+            &render(&moved, &Live::default(), Some(&written)),
+            &written
+        ));
     }
 }
