@@ -199,6 +199,11 @@ impl Scrape {
         self.registry.register(name, help, g);
     }
 
+    /// Adds an unlabelled counter (e.g. `kite_operator_events_dropped`).
+    pub fn counter(&mut self, name: &str, help: &str, value: u64) {
+        self.registry.register(name, help, ConstCounter::new(value));
+    }
+
     /// Adds a gauge with one series per label set (e.g. `kite_operator_ready`).
     pub fn labelled_gauge(&mut self, name: &str, help: &str, series: Vec<(Labels, i64)>) {
         let family: Family<Labels, Gauge> = Family::default();

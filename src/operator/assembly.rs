@@ -254,13 +254,13 @@ fn context(
         client: client.clone(),
         logs: opts.logs_bind.is_some(),
         registry: registry.clone(),
-        recorder: Recorder::new(
+        events: super::events::Events::start(&Recorder::new(
             client.clone(),
             Reporter {
                 controller: "kite-operator".into(),
                 instance: Some(opts.identity.clone()),
             },
-        ),
+        )),
         discovery: Discovery::new(client.clone()),
         ceiling: opts.ceiling.clone(),
         seen: Arc::default(),

@@ -60,8 +60,8 @@ impl<'a> Decision<'a> {
         self
     }
 
-    pub async fn event(&self, type_: EventType, reason: &str, note: &str) {
-        publish(self.ctx, &self.object, type_, reason, note).await;
+    pub fn event(&self, type_: EventType, reason: &str, note: &str) {
+        publish(self.ctx, &self.object, type_, reason, note);
     }
 
     /// The script cannot run: ScriptValid and Ready are False for `reason`.
@@ -71,8 +71,7 @@ impl<'a> Decision<'a> {
             Verdict::no("Ready", reason, &message),
         ];
         self.outcome.error = Some(message.clone());
-        self.event(EventType::Warning, "ScriptInvalid", &message)
-            .await;
+        self.event(EventType::Warning, "ScriptInvalid", &message);
         self.finish(None).await;
     }
 
@@ -85,7 +84,7 @@ impl<'a> Decision<'a> {
             Verdict::no("Ready", "RBACDenied", &message),
         ];
         self.outcome.error = Some(message.clone());
-        self.event(EventType::Warning, "RBACDenied", &message).await;
+        self.event(EventType::Warning, "RBACDenied", &message);
         self.finish(None).await;
     }
 
@@ -109,8 +108,7 @@ impl<'a> Decision<'a> {
         };
         if let Some(old) = old {
             stop(old).await;
-            self.event(EventType::Normal, "Stopped", "controller stopped")
-                .await;
+            self.event(EventType::Normal, "Stopped", "controller stopped");
         }
         let mut removal_owed = false;
         if stopping
@@ -150,8 +148,8 @@ pub async fn stop(h: Hosted) {
     let _ = tokio::task::spawn_blocking(crate::script::memory::release).await;
 }
 
-/// Records an event on the resource; a failure is only logged.
-pub async fn publish(
+/// Records an event on the resource, in the background ([`super::events`]).
+pub fn publish(
     ctx: &Context,
     object: &ObjectReference,
     type_: EventType,
@@ -165,7 +163,5 @@ pub async fn publish(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, object).await {
-        tracing::warn!(reason, error = %e, "recording an event");
-    }
+    ctx.events.publish(event, object.clone());
 }

@@ -438,6 +438,7 @@ async fn shut_down(
     // Events of scripts' other identities (`k8s.config(kubeconfig=...)`), before the
     // lease goes.
     crate::k8s::recorder::flush_all(Duration::from_secs(5)).await;
+    parts.ctx.events.flush(Duration::from_secs(5)).await;
     background.flusher.abort();
     background.auditor.abort();
     let _ = release.0.send(true);

@@ -7,7 +7,8 @@
 //! its namespace ([`confinement`]), generates its ServiceAccount and RBAC ([`grants`],
 //! written only where its watches, [`seen`], show them otherwise)
 //! within the administrator's [`ceiling`], and runs it ([`hosted`]) with a client that
-//! impersonates that account ([`identity`], [`startup`]); a [`decision`] records the outcome.
+//! impersonates that account ([`identity`], [`startup`]); a [`decision`] records the outcome
+//! (and its [`events`]).
 //! [`registry`] holds the running controllers, [`status`] what is reported, [`quota`]
 //! what each namespace's controllers keep in memory. Hosted
 //! controllers share informers run as the operator, entered through the [`gate`] (their
@@ -31,6 +32,7 @@ pub mod ceiling;
 pub mod certs;
 pub mod confinement;
 pub mod decision;
+pub mod events;
 pub mod fanout;
 pub mod gate;
 pub mod grants;

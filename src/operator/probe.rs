@@ -132,6 +132,11 @@ impl crate::http::Probe for Probe {
             "Admission reviews answered, by result (approved, refused, timed_out, malformed, busy)",
             reviews,
         );
+        scrape.counter(
+            "kite_operator_events_dropped",
+            "The operator's own Events (Started, Stopped...) dropped because their queue was full",
+            super::events::dropped(),
+        );
         self.registry.add_metrics(&mut scrape);
         scrape.render()
     }

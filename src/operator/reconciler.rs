@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{self, finalizer};
 
 use super::approval::{self, Author};
@@ -39,7 +39,8 @@ pub struct Context {
     /// Whether the operator serves the logs API (`kite logs`).
     pub logs: bool,
     pub registry: Arc<Registry>,
-    pub recorder: Recorder,
+    /// The operator's Events, written in the background.
+    pub events: super::events::Events,
     pub discovery: Discovery,
     /// The name of the ceiling ClusterRole.
     pub ceiling: String,
@@ -491,8 +492,7 @@ async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             EventType::Normal,
             "Stopped",
             &note,
-        )
-        .await;
+        );
     }
     grants::remove(&ctx.client, &cr.uid().unwrap_or_default()).await?;
     Ok(Action::await_change())

@@ -123,8 +123,7 @@ async fn report(
                 EventType::Normal,
                 reason,
                 &format!("controller {note} at generation {generation}"),
-            )
-            .await;
+            );
             d.finish(Some(h)).await;
             Action::requeue(ctx.recheck)
         }
@@ -145,7 +144,7 @@ async fn report(
             };
             d.outcome.conditions = vec![valid(), rbac, Verdict::no("Ready", reason, &message)];
             d.outcome.error = Some(message.clone());
-            d.event(EventType::Warning, reason, &message).await;
+            d.event(EventType::Warning, reason, &message);
             let key = d.key.clone();
             d.retry_later().finish(None).await;
             // Each retry runs the analysis, the reviews, the grants and the top level

@@ -144,7 +144,8 @@ async fn the_alerts_and_the_dashboard_name_only_exported_metrics() {
         .collect();
     assert!(
         exported.contains("kite_operator_ready")
-            && exported.contains("kite_operator_admission_reviews_total"),
+            && exported.contains("kite_operator_admission_reviews_total")
+            && exported.contains("kite_operator_events_dropped_total"),
         "{scrape}"
     );
     let root = repo_root().join("config/prometheus");
