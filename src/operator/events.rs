@@ -61,7 +61,7 @@ impl Events {
     pub fn publish(&self, event: Event, object: ObjectReference) {
         let mut h = DefaultHasher::new();
         (&object.namespace, &object.name, &object.uid).hash(&mut h);
-        let lane = &self.lanes[(h.finish() % LANES as u64) as usize];
+        let lane = &self.lanes[usize::try_from(h.finish() % LANES as u64).unwrap_or_default()];
         let reason = event.reason.clone();
         if lane
             .try_send(Message::Publish(Box::new((event, object))))
