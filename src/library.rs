@@ -5,6 +5,8 @@
 //! puts them together, for `kite run`, `kite check`, `kite test` and `kite operator`.
 
 pub mod hosted;
+#[cfg(test)]
+mod try_forms;
 
 use std::sync::OnceLock;
 

@@ -19,6 +19,10 @@
 //! by hand too, as a method is bound to its value when it is looked up and a derived
 //! form would have to bind it again. (`k8s.try_X` has its own wrapper, `k8s::try_call`,
 //! over the client's bound methods; it also catches a call that does not fit.)
+//!
+//! A function of a namespace without a `try_` form fails
+//! `library::try_forms::every_function_of_every_namespace_has_its_try_form` unless it
+//! is on that module's list of exceptions, with the reason.
 
 #![expect(
     unsafe_code,
@@ -279,6 +283,11 @@ mod tests {
             "time.parse('2006', 'x')",
             "time.duration('soon')",
             "time.since(1)",
+            "base64.decode('!')",
+            "fs.path(1)",
+            "http.config(timeout = 'soon')",
+            "http.server()",
+            "http.serve(None)",
         ];
         for call in calls {
             let raised = eval(call).unwrap_err();

@@ -1,6 +1,7 @@
 //! `base64`: upstream Starkite's `base64.text(s)`, `base64.bytes(b)` and
 //! `base64.file(path)` with `encode`/`decode`/`encode_url`/`decode_url` (and `try_`
-//! forms), plus kite's own `base64.encode`/`base64.decode` of text, for Secret data.
+//! forms), plus kite's own `base64.encode`/`base64.decode` of text, for Secret data
+//! (and `base64.try_decode`).
 //!
 //! # Caveats
 //! `base64.file` reads this machine's files: it is in the files capability (behind
@@ -360,8 +361,19 @@ fn bytes_source(call: &str, data: Value) -> Result<Source, String> {
     bytes_of(call, data).map(|b| Source(b.to_vec()))
 }
 
-#[starlark_module]
+starlark::globals_static!(TEXT_FUNCTIONS = text_functions);
+
+/// The `base64` namespace: kite's `encode` and `decode` of text (`decode` with its
+/// derived `try_` form, [`crate::script::try_form`]; `encode` cannot fail) and
+/// upstream's sources.
 pub fn base64_namespace(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, TEXT_FUNCTIONS.globals(), &["decode"]);
+    source_functions(builder);
+}
+
+/// kite's own `base64.encode` and `base64.decode`, text to text.
+#[starlark_module]
+fn text_functions(builder: &mut GlobalsBuilder) {
     /// Encodes a string's UTF-8 bytes.
     fn encode(#[starlark(require = pos)] text: &str) -> anyhow::Result<String> {
         Ok(STANDARD.encode(text.as_bytes()))
@@ -375,7 +387,11 @@ pub fn base64_namespace(builder: &mut GlobalsBuilder) {
         String::from_utf8(bytes)
             .map_err(|_| anyhow::anyhow!("base64.decode: the decoded bytes are not UTF-8 text"))
     }
+}
 
+/// Upstream's `base64.text` and `base64.bytes`, with their `try_` forms.
+#[starlark_module]
+fn source_functions(builder: &mut GlobalsBuilder) {
     /// A source of the UTF-8 bytes of `s`, to `.encode()` or `.decode()`.
     fn text(#[starlark(require = pos)] s: Value) -> anyhow::Result<Source> {
         text_source("base64.text", s).map_err(anyhow::Error::msg)

@@ -1,5 +1,5 @@
-//! `fmt` (`printf`, `println`, `sprintf`, also as globals): Go-style formatting, as
-//! upstream Starkite's scripts use it.
+//! `fmt` (`printf`, `println`, `sprintf`, also as globals, and their `try_` forms in
+//! the namespace): Go-style formatting, as upstream Starkite's scripts use it.
 //!
 //! # Caveats
 //! Output is line-based (through `print`, so a hosted script's lines carry its name and
@@ -327,9 +327,13 @@ fn fmt_functions(builder: &mut GlobalsBuilder) {
     }
 }
 
-/// The `fmt` namespace.
+starlark::globals_static!(FUNCTIONS = fmt_functions);
+
+/// The `fmt` namespace: its functions, each with its `try_` form
+/// ([`crate::script::try_form`]).
 pub fn fmt_namespace(builder: &mut GlobalsBuilder) {
-    fmt_functions(builder);
+    let tries = ["printf", "println", "sprintf"];
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &tries);
 }
 
 /// The global aliases `printf`, `println` and `sprintf`.
@@ -396,5 +400,9 @@ mod tests {
         assert_eq!(eval("fmt.println('a', 1)").unwrap(), "None");
         let e = eval("sprintf()").unwrap_err();
         assert!(e.contains("format"), "{e}");
+        assert_eq!(
+            eval("r = fmt.try_sprintf('%d-%s', 1, 'a')\n(r.ok, r.value, fmt.try_println('a').ok)"),
+            Ok("(True, \"1-a\", True)".to_owned())
+        );
     }
 }

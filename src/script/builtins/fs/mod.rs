@@ -165,8 +165,15 @@ fn bytes_arg(call: &str, v: Value<'_>) -> anyhow::Result<Vec<u8>> {
     super::os::bytes(v).map_err(|e| anyhow::anyhow!("{call}: data: {e}"))
 }
 
-#[starlark_module]
+starlark::globals_static!(FUNCTIONS = fs_functions);
+
+/// The `fs` namespace: `fs.path` and its `try_` form ([`crate::script::try_form`]).
 pub fn fs_namespace(builder: &mut GlobalsBuilder) {
+    crate::script::try_form::with_tries(builder, FUNCTIONS.globals(), &["path"]);
+}
+
+#[starlark_module]
+fn fs_functions(builder: &mut GlobalsBuilder) {
     /// A Path for `p` (a string or a Path).
     fn path<'v>(#[starlark(require = pos)] p: Value<'v>) -> anyhow::Result<Path> {
         Path::arg("fs.path", p)

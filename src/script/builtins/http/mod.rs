@@ -179,10 +179,16 @@ fn encode_body(v: Value) -> Result<(Option<Bytes>, bool), String> {
     Ok((Some(Bytes::from(text)), true))
 }
 
-/// The `http` namespace: the client's functions and the server's.
+starlark::globals_static!(CLIENT_FUNCTIONS = http_namespace);
+starlark::globals_static!(SERVER_FUNCTIONS = server::server_functions);
+
+/// The `http` namespace: the client's functions and the server's. The requests' `try_`
+/// forms are written by hand (they name themselves); those of `url`, `config`, `server`
+/// and `serve` are derived ([`crate::script::try_form`]).
 pub fn namespace(builder: &mut GlobalsBuilder) {
-    http_namespace(builder);
-    server::server_functions(builder);
+    use crate::script::try_form::with_tries;
+    with_tries(builder, CLIENT_FUNCTIONS.globals(), &["url", "config"]);
+    with_tries(builder, SERVER_FUNCTIONS.globals(), &["server", "serve"]);
 }
 
 #[starlark_module]
