@@ -6,7 +6,7 @@
 //! of the API server, that was a GET and an apply per object and a LIST per kind: about
 //! eight requests per controller, most of the 56 000 of a 5000-controller restart. The
 //! watches the operator keeps anyway (to restore what someone deletes) already hold
-//! the answer.
+//! the answer (`docs/design/operator-starts.md`).
 //!
 //! # Caveats
 //! A watch lags the API server by a moment. The fingerprint only ever *skips* a write
