@@ -434,7 +434,7 @@ fn run(inner: &Inner, number: usize, thread: &Arc<Thread>) {
             state = inner.lock();
             continue;
         }
-        if let Some((id, job)) = state.pick(inner.cap, Instant::now()) {
+        if let Some((id, job)) = state.pick(Instant::now()) {
             if state.schedule.has_ready() {
                 // More in line: another thread may take it while this one works.
                 inner.wake.notify_one();

@@ -4,13 +4,18 @@
 //! one flow in priority and fairness) took seconds and held back the Ready status.
 //!
 //! Events go to one of a few lanes by their object, each written in order, so one
-//! object's Events keep their order. A full lane drops the Event, counts it and says
-//! so once. [`Events::flush`] waits for what is queued (on shutdown, before the lease
+//! object's Events keep their order. A namespace may have at most [`NAMESPACE_SHARE`]
+//! waiting, so that one tenant's flood (resources refused again and again) cannot fill
+//! the lanes and have every other namespace's Events dropped. An Event beyond its
+//! namespace's share or a full lane is dropped, counted and logged (at most once a
+//! minute). [`Events::flush`] waits for what is queued (on shutdown, before the lease
 //! is released).
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, Recorder};
@@ -22,6 +27,13 @@ const LANES: usize = 4;
 const LANE: usize = 250;
 /// One Event's write.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Events one namespace may have waiting (cluster-scoped resources count as one).
+const NAMESPACE_SHARE: usize = 50;
+/// How often dropping is logged.
+const SAY_EVERY: Duration = Duration::from_mins(1);
+
+/// Waiting Events per namespace.
+type Pending = Arc<Mutex<HashMap<String, usize>>>;
 
 enum Message {
     Publish(Box<(Event, ObjectReference)>),
@@ -33,10 +45,11 @@ enum Message {
 #[derive(Clone)]
 pub struct Events {
     lanes: Vec<mpsc::Sender<Message>>,
+    pending: Pending,
 }
 
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-static SAID_DROPPED: AtomicBool = AtomicBool::new(false);
+static SAID_DROPPED: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// Events dropped because a lane was full, since the process started.
 pub fn dropped() -> u64 {
@@ -47,14 +60,15 @@ impl Events {
     /// Starts the lanes' writers on the current runtime; they end when every clone is
     /// dropped.
     pub fn start(recorder: &Recorder) -> Self {
+        let pending = Pending::default();
         let lanes = (0..LANES)
             .map(|_| {
                 let (tx, rx) = mpsc::channel(LANE);
-                tokio::spawn(write(recorder.clone(), rx));
+                tokio::spawn(write(recorder.clone(), rx, pending.clone()));
                 tx
             })
             .collect();
-        Events { lanes }
+        Events { lanes, pending }
     }
 
     /// Queues `event` about `object`, without waiting.
@@ -62,18 +76,29 @@ impl Events {
         let mut h = DefaultHasher::new();
         (&object.namespace, &object.name, &object.uid).hash(&mut h);
         let lane = &self.lanes[usize::try_from(h.finish() % LANES as u64).unwrap_or_default()];
+        let namespace = object.namespace.clone().unwrap_or_default();
         let reason = event.reason.clone();
-        if lane
-            .try_send(Message::Publish(Box::new((event, object))))
-            .is_err()
-        {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-            if !SAID_DROPPED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    %reason,
-                    "the operator's Events queue is full: dropping Events (counted; said once)"
-                );
-            }
+        let mut pending = lock(&self.pending);
+        let waiting = pending.get(&namespace).copied().unwrap_or_default();
+        let queued = waiting < NAMESPACE_SHARE
+            && lane
+                .try_send(Message::Publish(Box::new((event, object))))
+                .is_ok();
+        if queued {
+            *pending.entry(namespace).or_default() += 1;
+            return;
+        }
+        drop(pending);
+        let dropped = DROPPED.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut said = lock(&SAID_DROPPED);
+        if said.is_none_or(|at| at.elapsed() >= SAY_EVERY) {
+            *said = Some(Instant::now());
+            tracing::warn!(
+                %namespace,
+                %reason,
+                dropped,
+                "the operator's Events queue is full for this namespace: dropping Events (counted in kite_operator_events_dropped_total)"
+            );
         }
     }
 
@@ -98,12 +123,17 @@ impl Events {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Writes one lane's Events in order; a failure is only logged.
-async fn write(recorder: Recorder, mut rx: mpsc::Receiver<Message>) {
+async fn write(recorder: Recorder, mut rx: mpsc::Receiver<Message>, pending: Pending) {
     while let Some(message) = rx.recv().await {
         match message {
             Message::Publish(boxed) => {
                 let (event, object) = *boxed;
+                let namespace = object.namespace.clone().unwrap_or_default();
                 match tokio::time::timeout(WRITE_TIMEOUT, recorder.publish(&event, &object)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
@@ -111,6 +141,13 @@ async fn write(recorder: Recorder, mut rx: mpsc::Receiver<Message>) {
                     }
                     Err(_) => {
                         tracing::warn!(reason = %event.reason, "recording an event timed out");
+                    }
+                }
+                let mut pending = lock(&pending);
+                if let Some(n) = pending.get_mut(&namespace) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        pending.remove(&namespace);
                     }
                 }
             }
@@ -144,7 +181,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn publishing_never_waits_and_a_full_queue_drops_and_counts() {
+    async fn publishing_never_waits_and_a_flooding_namespace_drops_only_its_own() {
         let events = Events::start(&unreachable_recorder());
         let object = ObjectReference {
             name: Some("c".into()),
@@ -153,12 +190,21 @@ mod tests {
         };
         let before = dropped();
         let started = std::time::Instant::now();
-        for i in 0..(LANE + 10) {
+        for i in 0..(NAMESPACE_SHARE + 10) {
             events.publish(event(&format!("R{i}")), object.clone());
         }
         assert!(started.elapsed() < Duration::from_secs(1), "publish waited");
-        // One object: one lane, whose writer holds one and queues LANE.
-        assert!(dropped() - before >= 9, "{}", dropped() - before);
+        // The writers have not run yet (one thread): the namespace's share is queued,
+        // the rest dropped.
+        assert!(dropped() - before >= 10, "{}", dropped() - before);
+        assert_eq!(lock(&events.pending)["team"], NAMESPACE_SHARE);
+        // Another namespace still has its share.
+        let other = ObjectReference {
+            namespace: Some("other".into()),
+            ..object.clone()
+        };
+        events.publish(event("Started"), other);
+        assert_eq!(lock(&events.pending)["other"], 1);
         // The flush returns within its wait, whatever the writes do.
         let flushing = std::time::Instant::now();
         events.flush(Duration::from_millis(200)).await;

@@ -130,7 +130,7 @@ impl Grant {
     ///
     /// # Errors
     /// As [`apply`].
-    pub async fn restore(&self, client: &kube::Client, seen: &Seen) -> Result<()> {
+    pub async fn restore(&self, client: &kube::Client, seen: &Seen) -> Result<Applied> {
         let owner = Owner {
             kind: self.kind,
             name: &self.name,
@@ -156,6 +156,17 @@ fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<
     }
 }
 
+/// What [`apply`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// It wrote at least one object (the others were as wanted).
+    pub wrote: bool,
+    /// The last change the operator's watches had seen to the owner's objects when it
+    /// compared them ([`Seen::last_change`]): a different one later means something
+    /// changed that the comparison may have missed.
+    pub seen_at: Option<u64>,
+}
+
 /// Applies the ServiceAccount `service_account` in `home` and the roles granting
 /// `rules`, then deletes generated objects of `owner` that are no longer wanted. An
 /// object the operator's watches show exactly as wanted is not written again, and
@@ -170,10 +181,14 @@ pub async fn apply(
     service_account: &str,
     home: &str,
     rules: &Rules,
-) -> Result<()> {
+) -> Result<Applied> {
     let mut objects = crate::artifacts::identity_objects(rules, service_account, home)?;
     let mut wanted = Vec::new();
     seen.settle().await;
+    let mut applied = Applied {
+        wrote: false,
+        seen_at: seen.last_change(owner.uid),
+    };
     for obj in &mut objects {
         label(obj, owner);
         let Some(of) = obj["kind"].as_str().and_then(Kind::parse) else {
@@ -227,13 +242,19 @@ pub async fn apply(
                 name: name.clone(),
                 source,
             })?;
+        applied.wrote = true;
         wanted.push((of, (ns, name)));
     }
     let freshness = recent::freshness(owner.uid);
     let within = owner.namespace.as_deref();
     prune(client, Some(seen), (owner.uid, within), &wanted, freshness).await?;
-    recent::applied(owner.uid);
-    Ok(())
+    // Only a write can be missing from the watches and the API server's cache: an
+    // apply that wrote nothing (a restore someone provokes by touching a label) does not
+    // send the next prune to etcd.
+    if applied.wrote {
+        recent::applied(owner.uid);
+    }
+    Ok(applied)
 }
 
 /// Whose grants this process applied a moment ago. A prune finds an owner's objects in

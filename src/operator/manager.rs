@@ -468,8 +468,10 @@ async fn flush_statuses(
         }
         // A few at a time: after a restart every controller's status is new, and one
         // write after another left thousands of Ready controllers unreported for a minute.
+        // Shared by the running controllers only: refused resources cost a tenant
+        // nothing, so their number must not slow everyone's counts.
         let writes = registry
-            .pending_statuses(counts_every(period, registry.len()))
+            .pending_statuses(counts_every(period, registry.running()))
             .into_iter()
             .map(|(key, status)| {
                 let (client, registry) = (&client, &registry);

@@ -228,8 +228,10 @@ async fn restore<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Result<bo
         // Nothing new to decide; but someone may have deleted or edited what was
         // granted.
         match grant.restore(&ctx.client, &ctx.seen).await {
-            Ok(()) => {
-                tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
+            Ok(applied) => {
+                if applied.wrote {
+                    tracing::info!(kind = K::KIND, controller = %cr.display(), "restored the generated RBAC");
+                }
             }
             Err(grants::Error::Conflict { .. }) => return Ok(true),
             Err(e) => {
@@ -465,7 +467,7 @@ async fn grant<'a, K: Tenant>(
             rules: runnable.inference.rules.clone(),
         };
         match grant.restore(&ctx.client, &ctx.seen).await {
-            Ok(()) => {}
+            Ok(applied) => d.seen_at = applied.seen_at,
             Err(e @ grants::Error::Conflict { .. }) => {
                 d.retry_later()
                     .denied(valid(), "IdentityConflict", e.to_string())

@@ -193,6 +193,17 @@ impl Registry {
         Some(key.clone())
     }
 
+    /// Marks `key`'s grants for re-applying, if it has some; true if it does.
+    pub fn mark_grants_changed(&self, key: &Key) -> bool {
+        self.lock()
+            .get_mut(key)
+            .filter(|e| e.grants.is_some())
+            .is_some_and(|e| {
+                e.grants_changed = true;
+                true
+            })
+    }
+
     /// The grants of `key` to re-apply, if one of its generated objects changed.
     pub fn take_changed_grants(&self, key: &Key) -> Option<Arc<Grant>> {
         let mut entries = self.lock();
@@ -357,11 +368,6 @@ impl Registry {
                 due.then(|| (k.clone(), next))
             })
             .collect()
-    }
-
-    /// How many controller resources it holds.
-    pub fn len(&self) -> usize {
-        self.lock().len()
     }
 
     /// Remembers a status as written.

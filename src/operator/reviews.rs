@@ -24,10 +24,14 @@ const MAX_ANSWERS: usize = 4096;
 /// The permission's attributes, as reviewed (not why it is needed).
 type Attributes = [String; 6];
 
-/// "Allowed" answers of author reviews, for [`ALLOWED_FOR`].
+/// Per author, when each permission was last allowed.
+type Answers = HashMap<Author, HashMap<Attributes, Instant>>;
+
+/// "Allowed" answers of author reviews, for [`ALLOWED_FOR`]. Keyed by author first: a
+/// lookup does not copy the author, and forgetting one is one removal.
 #[derive(Default)]
 pub struct Reviews {
-    allowed: Mutex<HashMap<(Author, Attributes), Instant>>,
+    allowed: Mutex<Answers>,
 }
 
 fn attributes(p: &Permission) -> Attributes {
@@ -55,11 +59,12 @@ impl Reviews {
     ) -> Result<Option<String>> {
         let unknown: Vec<Permission> = {
             let allowed = self.lock();
+            let theirs = allowed.get(author);
             wanted
                 .iter()
                 .filter(|p| {
-                    allowed
-                        .get(&(author.clone(), attributes(p)))
+                    theirs
+                        .and_then(|t| t.get(&attributes(p)))
                         .is_none_or(|at| at.elapsed() >= ALLOWED_FOR)
                 })
                 .cloned()
@@ -81,22 +86,30 @@ impl Reviews {
 
     /// Forgets every answer about `author`: a review just denied them something.
     pub fn forget(&self, author: &Author) {
-        self.lock().retain(|(who, _), _| who != author);
+        self.lock().remove(author);
     }
 
     fn remember(&self, author: &Author, allowed: &[Permission], asked: Instant) {
         let mut answers = self.lock();
         let now = Instant::now();
-        answers.retain(|_, at| now.duration_since(*at) < ALLOWED_FOR);
+        let mut kept = 0;
+        answers.retain(|_, theirs| {
+            theirs.retain(|_, at| now.duration_since(*at) < ALLOWED_FOR);
+            kept += theirs.len();
+            !theirs.is_empty()
+        });
         for p in allowed {
-            if answers.len() >= MAX_ANSWERS {
+            if kept >= MAX_ANSWERS {
                 break;
             }
-            answers.insert((author.clone(), attributes(p)), asked);
+            let theirs = answers.entry(author.clone()).or_default();
+            if theirs.insert(attributes(p), asked).is_none() {
+                kept += 1;
+            }
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Author, Attributes), Instant>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
         self.allowed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -121,7 +134,8 @@ mod tests {
 
     fn known(r: &Reviews, author: &Author, p: &Permission) -> bool {
         r.lock()
-            .get(&(author.clone(), attributes(p)))
+            .get(author)
+            .and_then(|theirs| theirs.get(&attributes(p)))
             .is_some_and(|at| at.elapsed() < ALLOWED_FOR)
     }
 
@@ -151,7 +165,15 @@ mod tests {
             .map(|i| permission(&format!("verb{i}"), ""))
             .collect();
         r.remember(&author, &many, Instant::now());
-        assert_eq!(r.lock().len(), MAX_ANSWERS);
+        assert_eq!(r.lock()[&author].len(), MAX_ANSWERS);
+        // Across authors too.
+        let other = Author {
+            username: "other".into(),
+            ..Author::default()
+        };
+        r.remember(&other, &many[..5], Instant::now());
+        let total: usize = r.lock().values().map(HashMap::len).sum();
+        assert_eq!(total, MAX_ANSWERS);
     }
 
     /// A re-check that finds the author denied forgets what was allowed, so that the

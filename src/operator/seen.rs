@@ -17,7 +17,7 @@
 //! while it lists again after an error; objects gone during a gap are reported as
 //! deleted when the new list is complete.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -45,6 +45,11 @@ const MANAGED_LABELS: [&str; 4] = [
 /// `(namespace, name)` of a generated object.
 pub type Place = (Option<String>, String);
 
+/// Objects one kind's store keeps. Beyond it (someone labelling a flood of objects
+/// as generated) the kind is not trusted until a list fits again: starts ask the API
+/// server, as they did before the store, rather than the store growing without bound.
+const MAX_OBJECTS: usize = 100_000;
+
 /// One object as last seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Sight {
@@ -57,130 +62,235 @@ struct Sight {
 struct Kept {
     /// Some while a watch runs: when it started, to give up waiting for its list.
     since: Option<Instant>,
-    /// Its list is complete and not being made again.
+    /// Its list is complete, not being made again, and within [`MAX_OBJECTS`].
     listed: bool,
+    /// More than [`MAX_OBJECTS`] were seen: nothing kept until the next list.
+    overflowed: bool,
     objects: HashMap<Place, Sight>,
-    owned: HashMap<Arc<str>, Vec<Place>>,
+    owned: HashMap<Arc<str>, HashSet<Place>>,
     /// A list in progress (between `Init` and `InitDone`).
     listing: Option<HashMap<Place, Sight>>,
 }
 
 impl Kept {
-    fn put(&mut self, place: Place, sight: Sight) {
-        if let Some(old) = self.objects.get(&place)
-            && old.owner != sight.owner
+    /// Keeps `sight` at `place`; gives the previous owner when it changed.
+    fn put(&mut self, place: Place, sight: Sight) -> Option<Arc<str>> {
+        let before = self.objects.get(&place).map(|old| old.owner.clone());
+        if let Some(old) = &before
+            && *old != sight.owner
         {
-            let old = old.owner.clone();
-            self.disown(&old, &place);
+            self.disown(old, &place);
         }
-        let owned = self.owned.entry(sight.owner.clone()).or_default();
-        if !owned.contains(&place) {
-            owned.push(place.clone());
-        }
+        self.owned
+            .entry(sight.owner.clone())
+            .or_default()
+            .insert(place.clone());
+        let owner = sight.owner.clone();
         self.objects.insert(place, sight);
+        before.filter(|old| *old != owner)
     }
 
-    fn remove(&mut self, place: &Place) {
-        if let Some(old) = self.objects.remove(place) {
-            self.disown(&old.owner, place);
-        }
+    fn remove(&mut self, place: &Place) -> Option<Sight> {
+        let old = self.objects.remove(place)?;
+        self.disown(&old.owner, place);
+        Some(old)
     }
 
     fn disown(&mut self, owner: &Arc<str>, place: &Place) {
         if let Some(places) = self.owned.get_mut(owner) {
-            places.retain(|p| p != place);
+            places.remove(place);
             if places.is_empty() {
                 self.owned.remove(owner);
             }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.objects.clear();
+        self.owned.clear();
+    }
+}
+
+/// Everything behind the lock.
+#[derive(Default)]
+struct Inner {
+    kinds: HashMap<Kind, Kept>,
+    /// Per owner, the number of the last change seen to one of its objects (a new
+    /// number for every change, from `changes`): a start compares it before and after
+    /// it registers what it granted ([`Seen::changed_since`]).
+    touched: HashMap<Arc<str>, u64>,
+    changes: u64,
+}
+
+impl Inner {
+    fn touch(&mut self, owner: &Arc<str>) {
+        self.changes += 1;
+        self.touched.insert(owner.clone(), self.changes);
+    }
+
+    /// Forgets an owner's last change once none of its objects is kept anywhere; a
+    /// later change gets a larger number, so a comparison never mistakes it.
+    fn tidy(&mut self, owner: &Arc<str>) {
+        if !self.kinds.values().any(|k| k.owned.contains_key(owner)) {
+            self.touched.remove(owner);
         }
     }
 }
 
 /// The generated objects the operator's watches have seen, per kind.
 pub struct Seen {
-    kinds: Mutex<HashMap<Kind, Kept>>,
+    inner: Mutex<Inner>,
     /// Bumped when a kind's list completes, to wake starts waiting for it.
     listed: tokio::sync::Notify,
     /// [`SETTLE`], but in tests.
     settle: Duration,
+    /// [`MAX_OBJECTS`], but in tests.
+    max_objects: usize,
 }
 
 impl Default for Seen {
     fn default() -> Self {
         Seen {
-            kinds: Mutex::default(),
+            inner: Mutex::default(),
             listed: tokio::sync::Notify::new(),
             settle: SETTLE,
+            max_objects: MAX_OBJECTS,
         }
     }
 }
 
 impl Seen {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Kind, Kept>> {
-        self.kinds.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A watch of `kind` starts: until its list is complete, nothing it saw before is
     /// trusted.
     pub fn watching(&self, kind: Kind) {
-        let mut kinds = self.lock();
-        let kept = kinds.entry(kind).or_default();
+        let mut inner = self.lock();
+        let kept = inner.kinds.entry(kind).or_default();
         kept.since = Some(Instant::now());
         kept.listed = false;
     }
 
-    /// Takes in one event of the watch of `kind`; gives the objects it touched, and,
-    /// when a list completes, a stand-in (name, namespace and owner label only) for
-    /// each object seen before that the list no longer has.
+    /// Takes in one event of the watch of `kind`; gives the objects it touched, and
+    /// stand-ins (name, namespace and owner label only) for what a previous owner lost:
+    /// an object a completed list no longer has, or one relabelled to another owner.
     pub fn observe<T>(&self, kind: Kind, event: Event<T>) -> Vec<T>
     where
         T: kube::Resource<DynamicType = ()> + serde::Serialize + Default,
     {
-        let mut kinds = self.lock();
-        let kept = kinds.entry(kind).or_default();
+        // Outside the lock: an object can be large.
+        let seen = match &event {
+            Event::InitApply(obj) | Event::Apply(obj) | Event::Delete(obj) => sight(obj),
+            Event::Init | Event::InitDone => None,
+        };
+        let mut inner = self.lock();
+        let max = self.max_objects;
         match event {
             Event::Init => {
+                let kept = inner.kinds.entry(kind).or_default();
                 kept.listed = false;
+                kept.overflowed = false;
                 kept.listing = Some(HashMap::new());
                 Vec::new()
             }
             Event::InitApply(obj) => {
-                if let Some((place, sight)) = sight(&obj) {
-                    kept.listing.get_or_insert_default().insert(place, sight);
+                let kept = inner.kinds.entry(kind).or_default();
+                if let Some(listing) = &mut kept.listing {
+                    if listing.len() >= max {
+                        kept.overflowed = true;
+                        listing.clear();
+                    } else if !kept.overflowed
+                        && let Some((place, sight)) = seen
+                    {
+                        listing.insert(place, sight);
+                    }
                 }
                 vec![obj]
             }
             Event::InitDone => {
-                let listed = kept.listing.take().unwrap_or_default();
-                let gone: Vec<T> = kept
-                    .objects
-                    .iter()
-                    .filter(|(place, _)| !listed.contains_key(*place))
-                    .map(|(place, sight)| stand_in(place, &sight.owner))
-                    .collect();
-                kept.objects.clear();
-                kept.owned.clear();
-                for (place, sight) in listed {
-                    kept.put(place, sight);
-                }
-                kept.listed = true;
-                drop(kinds);
+                let gone = Self::relisted(&mut inner, kind);
+                drop(inner);
                 self.listed.notify_waiters();
                 gone
             }
             Event::Apply(obj) => {
-                if let Some((place, sight)) = sight(&obj) {
-                    kept.put(place, sight);
+                let mut out = Vec::new();
+                let mut touched = Vec::new();
+                if let Some((place, sight)) = seen {
+                    let kept = inner.kinds.entry(kind).or_default();
+                    let changed = kept.objects.get(&place) != Some(&sight);
+                    if kept.overflowed || (changed && kept.objects.len() >= max) {
+                        overflow(kept, kind);
+                    } else if changed {
+                        touched.push(sight.owner.clone());
+                        if let Some(old) = kept.put(place.clone(), sight) {
+                            out.push(stand_in(&place, &old));
+                            touched.push(old);
+                        }
+                    }
                 }
-                vec![obj]
+                for owner in &touched {
+                    inner.touch(owner);
+                    inner.tidy(owner);
+                }
+                out.push(obj);
+                out
             }
             Event::Delete(obj) => {
-                if let Some((place, _)) = sight(&obj) {
-                    kept.remove(&place);
+                if let Some((place, _)) = seen {
+                    let kept = inner.kinds.entry(kind).or_default();
+                    if let Some(old) = kept.remove(&place) {
+                        inner.touch(&old.owner);
+                        inner.tidy(&old.owner);
+                    }
                 }
                 vec![obj]
             }
         }
+    }
+
+    /// A list of `kind` completed: it replaces what was kept; gives stand-ins for what
+    /// it no longer has, and counts a change for every owner whose objects differ.
+    fn relisted<T>(inner: &mut Inner, kind: Kind) -> Vec<T>
+    where
+        T: kube::Resource<DynamicType = ()> + Default,
+    {
+        let kept = inner.kinds.entry(kind).or_default();
+        let listed = kept.listing.take().unwrap_or_default();
+        if std::mem::take(&mut kept.overflowed) {
+            overflow(kept, kind);
+            return Vec::new();
+        }
+        let mut touched: Vec<Arc<str>> = Vec::new();
+        let gone: Vec<T> = kept
+            .objects
+            .iter()
+            .filter(|(place, _)| !listed.contains_key(*place))
+            .map(|(place, sight)| {
+                touched.push(sight.owner.clone());
+                stand_in(place, &sight.owner)
+            })
+            .collect();
+        touched.extend(
+            listed
+                .iter()
+                .filter(|(place, sight)| kept.objects.get(*place) != Some(*sight))
+                .map(|(_, sight)| sight.owner.clone()),
+        );
+        kept.clear();
+        for (place, sight) in listed {
+            kept.put(place, sight);
+        }
+        kept.listed = true;
+        for owner in &touched {
+            inner.touch(owner);
+        }
+        for owner in &touched {
+            inner.tidy(owner);
+        }
+        gone
     }
 
     /// Waits until every watched kind has listed, or its watch has run for
@@ -189,10 +299,11 @@ impl Seen {
         loop {
             let notified = self.listed.notified();
             let wait = {
-                let kinds = self.lock();
-                kinds
+                let inner = self.lock();
+                inner
+                    .kinds
                     .values()
-                    .filter(|k| !k.listed)
+                    .filter(|k| !k.listed && !k.overflowed)
                     .filter_map(|k| k.since.map(|since| since + self.settle))
                     .filter(|deadline| *deadline > Instant::now())
                     .max()
@@ -207,8 +318,8 @@ impl Seen {
     /// Whether `kind`'s watch has the object at `place` as `owner`'s, with the
     /// fingerprint `print`: applying it again would change nothing.
     pub fn holds(&self, kind: Kind, place: &Place, owner: &str, print: u64) -> bool {
-        let kinds = self.lock();
-        kinds.get(&kind).is_some_and(|k| {
+        let inner = self.lock();
+        inner.kinds.get(&kind).is_some_and(|k| {
             k.listed
                 && k.objects
                     .get(place)
@@ -218,10 +329,33 @@ impl Seen {
 
     /// The objects of `kind` labelled as `owner`'s, if its watch has listed them all.
     pub fn owned(&self, kind: Kind, owner: &str) -> Option<Vec<Place>> {
-        let kinds = self.lock();
-        let kept = kinds.get(&kind).filter(|k| k.listed)?;
-        Some(kept.owned.get(owner).cloned().unwrap_or_default())
+        let inner = self.lock();
+        let kept = inner.kinds.get(&kind).filter(|k| k.listed)?;
+        Some(
+            kept.owned
+                .get(owner)
+                .map(|places| places.iter().cloned().collect())
+                .unwrap_or_default(),
+        )
     }
+
+    /// The number of the last change seen to one of `owner`'s objects, if any is kept.
+    pub fn last_change(&self, owner: &str) -> Option<u64> {
+        self.lock().touched.get(owner).copied()
+    }
+}
+
+/// Stops keeping `kind`'s objects until its next list: more than [`MAX_OBJECTS`].
+fn overflow(kept: &mut Kept, kind: Kind) {
+    if !kept.overflowed {
+        tracing::warn!(
+            kind = kind.name(),
+            "more generated objects than the operator keeps track of: starts ask the API server about them until a new list fits"
+        );
+    }
+    kept.overflowed = true;
+    kept.listed = false;
+    kept.clear();
 }
 
 /// Where an object is and what it is, if it carries an owner label.
@@ -465,8 +599,17 @@ mod tests {
 
         seen.observe(Kind::Role, Event::Delete(role("b", "u-1")));
         assert_eq!(seen.owned(Kind::Role, "u-1").unwrap(), vec![place.clone()]);
-        // Taken over by another owner's label: no longer u-1's.
-        seen.observe(Kind::Role, Event::Apply(role("a", "u-2")));
+        // Taken over by another owner's label: no longer u-1's, which is told.
+        let touched = seen.observe(Kind::Role, Event::Apply(role("a", "u-2")));
+        let owners: Vec<_> = touched
+            .iter()
+            .map(|r| r.metadata.labels.as_ref().unwrap()[OWNER_LABEL].as_str())
+            .collect();
+        assert_eq!(
+            owners,
+            ["u-1", "u-2"],
+            "a stand-in for the previous owner first"
+        );
         assert!(seen.owned(Kind::Role, "u-1").unwrap().is_empty());
         assert_eq!(seen.owned(Kind::Role, "u-2").unwrap(), vec![place.clone()]);
 
@@ -482,6 +625,71 @@ mod tests {
             "u-2"
         );
         assert!(seen.owned(Kind::Role, "u-2").unwrap().is_empty());
+    }
+
+    /// Attack round: a tenant labelling a flood of objects as generated makes the
+    /// kind untrusted (starts ask the API server), not the store unbounded.
+    #[test]
+    fn a_flood_of_labelled_objects_is_not_kept() {
+        let seen = Seen {
+            max_objects: 2,
+            ..Seen::default()
+        };
+        seen.watching(Kind::Role);
+        seen.observe(Kind::Role, Event::<Role>::Init);
+        for name in ["a", "b", "c"] {
+            seen.observe(Kind::Role, Event::InitApply(role(name, "u-1")));
+        }
+        seen.observe(Kind::Role, Event::<Role>::InitDone);
+        assert!(
+            seen.owned(Kind::Role, "u-1").is_none(),
+            "too many: untrusted"
+        );
+        // Starts do not wait for a kind that overflowed.
+        let waited = std::time::Instant::now();
+        futures::executor::block_on(seen.settle());
+        assert!(waited.elapsed() < Duration::from_secs(1));
+        // A later list that fits is trusted again; growing past the bound is not.
+        seen.observe(Kind::Role, Event::<Role>::Init);
+        seen.observe(Kind::Role, Event::InitApply(role("a", "u-1")));
+        seen.observe(Kind::Role, Event::<Role>::InitDone);
+        assert_eq!(seen.owned(Kind::Role, "u-1").unwrap().len(), 1);
+        seen.observe(Kind::Role, Event::Apply(role("b", "u-1")));
+        seen.observe(Kind::Role, Event::Apply(role("c", "u-1")));
+        assert!(seen.owned(Kind::Role, "u-1").is_none());
+        assert!(seen.lock().kinds[&Kind::Role].objects.is_empty());
+    }
+
+    #[test]
+    fn a_change_is_counted_for_its_owner_and_an_unchanged_object_is_not() {
+        let seen = Seen::default();
+        seen.watching(Kind::Role);
+        seen.observe(Kind::Role, Event::<Role>::Init);
+        seen.observe(Kind::Role, Event::<Role>::InitDone);
+        assert_eq!(seen.last_change("u-1"), None);
+        seen.observe(Kind::Role, Event::Apply(role("a", "u-1")));
+        let first = seen.last_change("u-1");
+        assert!(first.is_some());
+        seen.observe(Kind::Role, Event::Apply(role("a", "u-1")));
+        assert_eq!(seen.last_change("u-1"), first, "the same object again");
+        let mut edited = role("a", "u-1");
+        edited.rules = Some(vec![k8s_openapi::api::rbac::v1::PolicyRule::default()]);
+        seen.observe(Kind::Role, Event::Apply(edited));
+        let second = seen.last_change("u-1");
+        assert!(second > first);
+        seen.observe(Kind::Role, Event::Apply(role("b", "u-2")));
+        assert_eq!(seen.last_change("u-1"), second, "another owner's change");
+        seen.observe(Kind::Role, Event::Delete(role("a", "u-1")));
+        assert_eq!(
+            seen.last_change("u-1"),
+            None,
+            "nothing of it kept: forgotten"
+        );
+        seen.observe(Kind::Role, Event::Apply(role("a", "u-1")));
+        assert!(
+            seen.last_change("u-1") > second,
+            "a number never used before"
+        );
     }
 
     #[tokio::test]

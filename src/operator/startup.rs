@@ -14,6 +14,10 @@ use super::identity;
 use super::inputs::Inputs;
 use super::reconciler::{Context, Error, RETRY, Result, valid};
 
+/// How soon a started controller's identity is looked at again when its objects
+/// changed while it started.
+const AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The longest wait before a failed start is tried again.
 const MAX_RETRY: std::time::Duration = std::time::Duration::from_secs(160);
 
@@ -124,7 +128,18 @@ async fn report(
                 reason,
                 &format!("controller {note} at generation {generation}"),
             );
+            let (key, uid, seen_at) = (d.key.clone(), d.uid.clone(), d.seen_at);
+            let granted = d.grants.is_some();
             d.finish(Some(h)).await;
+            // Its identity was compared with what the watches had seen; a change seen
+            // since, before the grants were registered to be restored, would be missed
+            // by the watch's own trigger: look again in a moment.
+            if granted
+                && ctx.seen.last_change(&uid) != seen_at
+                && ctx.registry.mark_grants_changed(&key)
+            {
+                return Action::requeue(AGAIN);
+            }
             Action::requeue(ctx.recheck)
         }
         Err(hosted::Error::Evaluate(rendered)) => {

@@ -128,9 +128,9 @@ pub fn render(
 }
 
 /// Whether `next` differs from `written` only in the running controller's counts (its
-/// reconciles and errors, their times and its last error): news that can wait, unlike
-/// a decision (phase, conditions). Every field is named, so that a new one has to be
-/// placed on one side or the other.
+/// reconciles and errors, their times and its last error's text): news that can wait,
+/// unlike a decision (phase, conditions) or a first error. Every field is named, so
+/// that a new one has to be placed on one side or the other.
 pub fn counts_only(next: &StarlarkControllerStatus, written: &StarlarkControllerStatus) -> bool {
     fn decided(s: &StarlarkControllerStatus) -> impl PartialEq + '_ {
         let StarlarkControllerStatus {
@@ -157,7 +157,7 @@ pub fn counts_only(next: &StarlarkControllerStatus, written: &StarlarkController
             (started_at, replica, logs),
         )
     }
-    decided(next) == decided(written)
+    decided(next) == decided(written) && next.last_error.is_some() == written.last_error.is_some()
 }
 
 #[cfg(test)]
@@ -227,7 +227,17 @@ mod tests {
         };
         let counted = render(&outcome(true), &busier, Some(&written));
         assert_ne!(counted, written);
-        assert!(counts_only(&counted, &written));
+        assert!(!counts_only(&counted, &written), "a first error");
+        let busiest = Live {
+            reconciles: 9,
+            last_error: Some("y".into()),
+            ..busier.clone()
+        };
+        let recounted = render(&outcome(true), &busiest, Some(&counted));
+        assert!(
+            counts_only(&recounted, &counted),
+            "another error, more reconciles"
+        );
         let decided = render(&outcome(false), &busier, Some(&written));
         assert!(!counts_only(&decided, &written), "Ready went False");
         let mut moved = outcome(true);

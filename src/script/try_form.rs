@@ -204,6 +204,26 @@ mod tests {
         assert!(run("try_twice(1)").is_err());
     }
 
+    /// Abuse (a hosted script catching its own end): once the call's time has run out,
+    /// or its controller is stopping, `X`'s error is not turned into a Result, so a
+    /// script cannot loop on `try_X` past its budget.
+    #[test]
+    fn a_try_form_past_its_budget_or_stopped_raises() {
+        use crate::script::budget::{self, Budget};
+        use std::time::Duration;
+        let caught = budget::within(Duration::from_mins(1), || run("try_half(3).ok"));
+        assert_eq!(caught.as_deref(), Ok("False"));
+        let raised = budget::within(Duration::ZERO, || run("try_half(3)")).unwrap_err();
+        assert!(raised.contains("half: cannot halve"), "{raised}");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let budget = Budget {
+            deadline: std::time::Instant::now() + Duration::from_mins(1),
+            stop: Some(budget::Cancel::flag(stop)),
+        };
+        let raised = budget::scope(budget, || run("try_half(3)")).unwrap_err();
+        assert!(raised.contains("half: cannot halve"), "{raised}");
+    }
+
     #[test]
     fn a_call_that_does_not_fit_the_function_still_fails() {
         let e = run("try_half()").unwrap_err();

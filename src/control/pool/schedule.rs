@@ -109,10 +109,10 @@ impl Schedule {
     }
 
     /// Whether `group` holds its share of the pool's `cap` threads now.
-    fn full(&self, group: &Arc<str>, cap: usize) -> bool {
+    fn full(&self, group: &Arc<str>) -> bool {
         self.groups
             .get(group)
-            .is_some_and(|g| g.running >= group_limit(cap, self.active))
+            .is_some_and(|g| g.running >= group_limit(self.cap, self.active))
     }
 
     /// How long a thread with nothing to do sleeps: until the earliest timer or the
@@ -184,7 +184,7 @@ impl State {
     }
 
     /// The next job: the first member in line that may take one and has one.
-    pub(super) fn pick(&mut self, cap: usize, now: Instant) -> Option<(u64, Job)> {
+    pub(super) fn pick(&mut self, now: Instant) -> Option<(u64, Job)> {
         self.fire_timers(now);
         self.sweep(now);
         for _ in 0..self.schedule.ready.len() {
@@ -202,7 +202,7 @@ impl State {
             }
             let group = m.group.clone();
             if let Some(g) = &group
-                && self.schedule.full(g, cap)
+                && self.schedule.full(g)
             {
                 if let Some(waiting) = self.schedule.groups.get_mut(g) {
                     waiting.waiting.push_back(id);
@@ -310,12 +310,12 @@ mod tests {
         s.count(&a, 2, 1);
         s.count(&b, 0, 1);
         assert_eq!(s.active, 2);
-        assert!(s.full(&a, 6), "two groups: a share of 2");
+        assert!(s.full(&a), "two groups: a share of 2");
         s.groups.get_mut(&a).unwrap().waiting.extend([7, 8, 9]);
         // b leaves the line: a alone may hold 3, one more than it runs.
         s.count(&b, 0, -1);
         assert_eq!(s.active, 1);
-        assert!(!s.full(&a, 6));
+        assert!(!s.full(&a));
         assert_eq!(s.ready, [7]);
         assert!(!s.groups.contains_key(&b), "an idle group is forgotten");
     }
