@@ -31,9 +31,8 @@ pub struct Decision<'a> {
     pub outcome: Outcome,
     /// The identity generated for what now runs.
     pub grants: Option<Arc<Grant>>,
-    /// The last change to its objects the operator's watches had seen when it was
-    /// applied ([`grants::Applied::seen_at`]).
-    pub seen_at: Option<u64>,
+    /// What applying that identity did ([`grants::Applied`]).
+    pub applied: grants::Applied,
     /// Who approved what now runs.
     pub authority: Option<Arc<Authority>>,
 }
@@ -53,7 +52,7 @@ impl<'a> Decision<'a> {
                 ..Default::default()
             },
             grants: None,
-            seen_at: None,
+            applied: grants::Applied::default(),
             authority: None,
         }
     }

@@ -159,7 +159,7 @@ fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<
 /// What [`apply`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
-    /// It wrote at least one object (the others were as wanted).
+    /// It changed at least one object (the others were as wanted).
     pub wrote: bool,
     /// The last change the operator's watches had seen to the owner's objects when it
     /// compared them ([`Seen::last_change`]): a different one later means something
@@ -209,7 +209,7 @@ pub async fn apply(
         let api = api(client, &of.resource(), ns.as_deref());
         // Never over another resource's identity: an object of this name that is not
         // labelled as ours is someone else's (a collision, or a planted object).
-        match api.get_metadata_opt(&name).await {
+        let version = match api.get_metadata_opt(&name).await {
             Ok(Some(existing)) => {
                 let holder = existing
                     .metadata
@@ -228,21 +228,25 @@ pub async fn apply(
                         owner_kind: owner.kind.to_owned(),
                     });
                 }
+                existing.metadata.resource_version
             }
-            Ok(None) => {}
+            Ok(None) => None,
             Err(source) => {
                 return Err(Error::Read { kind, name, source });
             }
-        }
+        };
         let params = PatchParams::apply(&manager(owner.uid)).force();
-        api.patch(&name, &params, &Patch::Apply(&*obj))
+        let written = api
+            .patch(&name, &params, &Patch::Apply(&*obj))
             .await
             .map_err(|source| Error::Apply {
                 kind: kind.clone(),
                 name: name.clone(),
                 source,
             })?;
-        applied.wrote = true;
+        // An apply that changed nothing (a field someone else set keeps the object
+        // from ever matching the fingerprint) leaves the version as it was.
+        applied.wrote |= version.is_none() || written.metadata.resource_version != version;
         wanted.push((of, (ns, name)));
     }
     let freshness = recent::freshness(owner.uid);

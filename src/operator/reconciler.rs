@@ -467,7 +467,7 @@ async fn grant<'a, K: Tenant>(
             rules: runnable.inference.rules.clone(),
         };
         match grant.restore(&ctx.client, &ctx.seen).await {
-            Ok(applied) => d.seen_at = applied.seen_at,
+            Ok(applied) => d.applied = applied,
             Err(e @ grants::Error::Conflict { .. }) => {
                 d.retry_later()
                     .denied(valid(), "IdentityConflict", e.to_string())

@@ -221,8 +221,10 @@ impl Seen {
                 if let Some((place, sight)) = seen {
                     let kept = inner.kinds.entry(kind).or_default();
                     let changed = kept.objects.get(&place) != Some(&sight);
-                    if kept.overflowed || (changed && kept.objects.len() >= max) {
-                        overflow(kept, kind);
+                    if kept.overflowed {
+                        // Nothing kept until the next list.
+                    } else if changed && kept.objects.len() >= max {
+                        overflow(&mut inner, kind);
                     } else if changed {
                         touched.push(sight.owner.clone());
                         if let Some(old) = kept.put(place.clone(), sight) {
@@ -260,7 +262,7 @@ impl Seen {
         let kept = inner.kinds.entry(kind).or_default();
         let listed = kept.listing.take().unwrap_or_default();
         if std::mem::take(&mut kept.overflowed) {
-            overflow(kept, kind);
+            overflow(inner, kind);
             return Vec::new();
         }
         let mut touched: Vec<Arc<str>> = Vec::new();
@@ -345,8 +347,11 @@ impl Seen {
     }
 }
 
-/// Stops keeping `kind`'s objects until its next list: more than [`MAX_OBJECTS`].
-fn overflow(kept: &mut Kept, kind: Kind) {
+/// Stops keeping `kind`'s objects until its next list: more than [`MAX_OBJECTS`]. Every
+/// owner that had some counts a change (a start that compared against them looks
+/// again), and is forgotten unless another kind keeps some of its objects.
+fn overflow(inner: &mut Inner, kind: Kind) {
+    let kept = inner.kinds.entry(kind).or_default();
     if !kept.overflowed {
         tracing::warn!(
             kind = kind.name(),
@@ -355,7 +360,12 @@ fn overflow(kept: &mut Kept, kind: Kind) {
     }
     kept.overflowed = true;
     kept.listed = false;
+    let owners: Vec<Arc<str>> = kept.owned.keys().cloned().collect();
     kept.clear();
+    for owner in &owners {
+        inner.touch(owner);
+        inner.tidy(owner);
+    }
 }
 
 /// Where an object is and what it is, if it carries an owner label.
@@ -645,6 +655,10 @@ mod tests {
             seen.owned(Kind::Role, "u-1").is_none(),
             "too many: untrusted"
         );
+        assert!(
+            seen.lock().touched.is_empty(),
+            "no owner's number left behind"
+        );
         // Starts do not wait for a kind that overflowed.
         let waited = std::time::Instant::now();
         futures::executor::block_on(seen.settle());
@@ -655,9 +669,17 @@ mod tests {
         seen.observe(Kind::Role, Event::<Role>::InitDone);
         assert_eq!(seen.owned(Kind::Role, "u-1").unwrap().len(), 1);
         seen.observe(Kind::Role, Event::Apply(role("b", "u-1")));
+        let before = seen.last_change("u-1");
+        assert!(before.is_some());
         seen.observe(Kind::Role, Event::Apply(role("c", "u-1")));
         assert!(seen.owned(Kind::Role, "u-1").is_none());
         assert!(seen.lock().kinds[&Kind::Role].objects.is_empty());
+        assert_ne!(
+            seen.last_change("u-1"),
+            before,
+            "a start that compared against the kept objects looks again"
+        );
+        assert!(seen.lock().touched.is_empty());
     }
 
     #[test]

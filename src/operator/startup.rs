@@ -128,14 +128,16 @@ async fn report(
                 reason,
                 &format!("controller {note} at generation {generation}"),
             );
-            let (key, uid, seen_at) = (d.key.clone(), d.uid.clone(), d.seen_at);
+            let (key, uid, applied) = (d.key.clone(), d.uid.clone(), d.applied);
             let granted = d.grants.is_some();
             d.finish(Some(h)).await;
-            // Its identity was compared with what the watches had seen; a change seen
-            // since, before the grants were registered to be restored, would be missed
-            // by the watch's own trigger: look again in a moment.
+            // Until the grants are registered, a watch event about its objects marks
+            // nothing to restore. Look again in a moment when the watches saw a change
+            // since the comparison, or when the apply wrote: an owner that had no objects
+            // has no change number to compare (objects deleted and replaced by unlabelled
+            // ones during the start would otherwise never be seen).
             if granted
-                && ctx.seen.last_change(&uid) != seen_at
+                && (applied.wrote || ctx.seen.last_change(&uid) != applied.seen_at)
                 && ctx.registry.mark_grants_changed(&key)
             {
                 return Action::requeue(AGAIN);
