@@ -254,7 +254,8 @@ impl Seen {
     }
 
     /// A list of `kind` completed: it replaces what was kept; gives stand-ins for what
-    /// it no longer has, and counts a change for every owner whose objects differ.
+    /// it no longer has or now has under another owner, and counts a change for every
+    /// owner whose objects differ.
     fn relisted<T>(inner: &mut Inner, kind: Kind) -> Vec<T>
     where
         T: kube::Resource<DynamicType = ()> + Default,
@@ -275,12 +276,18 @@ impl Seen {
                 stand_in(place, &sight.owner)
             })
             .collect();
-        touched.extend(
-            listed
-                .iter()
-                .filter(|(place, sight)| kept.objects.get(*place) != Some(*sight))
-                .map(|(_, sight)| sight.owner.clone()),
-        );
+        let mut gone = gone;
+        for (place, sight) in &listed {
+            match kept.objects.get(place) {
+                Some(old) if old == sight => {}
+                // Relabelled during the gap: the previous owner lost it.
+                Some(old) if old.owner != sight.owner => {
+                    touched.extend([old.owner.clone(), sight.owner.clone()]);
+                    gone.push(stand_in(place, &old.owner));
+                }
+                _ => touched.push(sight.owner.clone()),
+            }
+        }
         kept.clear();
         for (place, sight) in listed {
             kept.put(place, sight);
@@ -635,6 +642,19 @@ mod tests {
             "u-2"
         );
         assert!(seen.owned(Kind::Role, "u-2").unwrap().is_empty());
+
+        // Again; "c" was relabelled to u-4 meanwhile: u-3 is told it lost it.
+        let before = seen.last_change("u-3");
+        seen.observe(Kind::Role, Event::<Role>::Init);
+        seen.observe(Kind::Role, Event::InitApply(role("c", "u-4")));
+        let lost = seen.observe(Kind::Role, Event::<Role>::InitDone);
+        let owners: Vec<_> = lost
+            .iter()
+            .map(|r| r.metadata.labels.as_ref().unwrap()[OWNER_LABEL].as_str())
+            .collect();
+        assert_eq!(owners, ["u-3"]);
+        assert_ne!(seen.last_change("u-3"), before);
+        assert_eq!(seen.owned(Kind::Role, "u-4").unwrap().len(), 1);
     }
 
     /// Attack round: a tenant labelling a flood of objects as generated makes the
