@@ -12,7 +12,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use super::fanout::Taps;
@@ -21,6 +21,7 @@ use super::manager::Options;
 use super::reconciler::{self, Context};
 use super::registry::{Key, Registry};
 use super::resource::StarlarkController;
+use super::shard::{self, Shards};
 use super::tenant::{Tenant, is_cluster_key};
 use super::trigger;
 
@@ -90,12 +91,8 @@ pub(super) async fn controller<K: Tenant>(
     .filter_map(|key| std::future::ready(object_ref::<K>(key)));
     controller = controller.reconcile_on(stopped);
     if let Some(shards) = &ctx.shards {
-        // The live replicas changed: every resource may have a new owner.
-        let changes = futures::stream::unfold(shards.changes(), |mut rx| async move {
-            rx.changed().await.ok()?;
-            Some(((), rx))
-        });
-        controller = controller.reconcile_all_on(changes);
+        let store = controller.store();
+        controller = controller.reconcile_on(moved(store, shards));
     }
     controller
         .trigger_backoff(trigger::TriggerBackoff::default())
@@ -118,6 +115,40 @@ pub(super) async fn controller<K: Tenant>(
             }
         })
         .await;
+}
+
+/// The resources to look at again when the live replicas change: those whose owner
+/// moved to or from this replica, or whose claim disagrees with it ([`shard::moves`]).
+fn moved<K: Tenant>(
+    store: Store<K>,
+    shards: &Shards,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
+    let mut rx = shards.changes();
+    let before = rx.borrow_and_update().clone();
+    let me = shards.identity().to_owned();
+    futures::stream::unfold((rx, before), move |(mut rx, before)| {
+        let (store, me) = (store.clone(), me.clone());
+        async move {
+            rx.changed().await.ok()?;
+            let now = rx.borrow_and_update().clone();
+            let refs: Vec<ObjectRef<K>> = store
+                .state()
+                .iter()
+                .filter(|cr| {
+                    let uid = cr.uid().unwrap_or_default();
+                    shard::moves(&uid, cr.replica(), (&before, &now), &me)
+                })
+                .map(|cr| ObjectRef::from_obj(cr.as_ref()))
+                .collect();
+            tracing::debug!(
+                kind = K::KIND,
+                looked_at = refs.len(),
+                "shard members changed"
+            );
+            Some((futures::stream::iter(refs), (rx, now)))
+        }
+    })
+    .flatten()
 }
 
 /// Maps a change to a generated object (labelled with its owner's uid) to the

@@ -274,6 +274,23 @@ pub fn owner<'a>(uid: &str, members: &'a [String]) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// Whether a change of the live replicas from `old` to `new` means this replica (`me`)
+/// must look at a resource again: its owner moved to or from `me`, or its claim
+/// (`replica`, from `status.replica`) disagrees with who owns it now. Looking at every
+/// resource on every change made each change cost a reconcile of the whole fleet in
+/// every replica, which at thousands of controllers delayed the lease renewals that
+/// caused the next change.
+pub fn moves(
+    uid: &str,
+    replica: Option<&str>,
+    (old, new): (&[String], &[String]),
+    me: &str,
+) -> bool {
+    let (was, is) = (owner(uid, old), owner(uid, new));
+    let mine = Some(me);
+    (was != is && (was == mine || is == mine)) || ((is == mine) != (replica == mine))
+}
+
 /// FNV-1a: stable across processes and versions, unlike the standard hasher.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -424,6 +441,51 @@ mod tests {
             owner(u, &three) == Some("kite-operator-1") || owner(u, &three) == owner(u, &two)
         }));
         assert_eq!(owner("x", &[]), None);
+    }
+
+    #[test]
+    fn a_change_looks_again_only_at_what_moves_to_or_from_this_replica() {
+        let uids: Vec<String> = (0..3000).map(|i| format!("uid-{i}")).collect();
+        let (three, four) = (replicas(3), replicas(4));
+        let me = "kite-operator-0";
+        let claimed = |u: &str, members: &[String]| owner(u, members).map(str::to_owned);
+        // Settled under three (each resource claimed by its owner), then a fourth joins.
+        let looked: Vec<&String> = uids
+            .iter()
+            .filter(|u| moves(u, claimed(u, &three).as_deref(), (&three, &four), me))
+            .collect();
+        // Only this replica's resources that the newcomer takes, and nothing else.
+        assert!(!looked.is_empty());
+        assert!(looked.iter().all(|u| owner(u, &three) == Some(me)
+            && owner(u, &four) == Some("kite-operator-3")));
+        assert_eq!(
+            looked.len(),
+            uids.iter()
+                .filter(|u| owner(u, &three) == Some(me) && owner(u, &four) != Some(me))
+                .count()
+        );
+        assert!(looked.len() < uids.len() / 5, "{} of 3000", looked.len());
+        // This replica's own lease lapsed (no members): everything it held is let go.
+        let held = uids.iter().filter(|u| owner(u, &three) == Some(me)).count();
+        let dropped = uids
+            .iter()
+            .filter(|u| moves(u, claimed(u, &three).as_deref(), (&three, &[]), me))
+            .count();
+        assert_eq!(dropped, held);
+        // And back: all of them are claimed again, whatever their stale status says.
+        let back = uids
+            .iter()
+            .filter(|u| moves(u, claimed(u, &three).as_deref(), (&[], &three), me))
+            .count();
+        assert_eq!(back, held);
+        // Nothing changed, but a resource is claimed by someone else though it is ours
+        // (a replica that left), or by us though it is not: both are looked at.
+        let ours = uids.iter().find(|u| owner(u, &three) == Some(me)).unwrap();
+        let theirs = uids.iter().find(|u| owner(u, &three) != Some(me)).unwrap();
+        assert!(moves(ours, Some("gone"), (&three, &three), me));
+        assert!(moves(theirs, Some(me), (&three, &three), me));
+        assert!(!moves(ours, Some(me), (&three, &three), me));
+        assert!(!moves(theirs, Some("gone"), (&three, &three), me));
     }
 
     #[test]
