@@ -74,15 +74,48 @@ pub struct Authority {
 /// The entries, behind a lock that is never held across an await.
 #[derive(Default)]
 pub struct Registry {
-    entries: Mutex<HashMap<Key, Entry>>,
+    entries: Mutex<Entries>,
     /// Per namespace: what a controller's caches held when it was stopped for it, and
     /// until when every start there is charged that much from the outset
     /// ([`Registry::audit_caches`]). Kept when the object goes.
     reserves: Mutex<HashMap<String, (usize, Instant)>>,
 }
 
+/// The entries by key, and the key of each object's uid: a watch event on a generated
+/// object names its owner by uid, and at thousands of controllers a scan per event was
+/// the bulk of a restart's work.
+#[derive(Default)]
+struct Entries {
+    by_key: HashMap<Key, Entry>,
+    by_uid: HashMap<String, Key>,
+}
+
+impl Entries {
+    /// Forgets `key`'s entry and its uid.
+    fn remove(&mut self, key: &Key) -> Option<Entry> {
+        let e = self.by_key.remove(key)?;
+        if self.by_uid.get(&e.uid) == Some(key) {
+            self.by_uid.remove(&e.uid);
+        }
+        Some(e)
+    }
+}
+
+impl std::ops::Deref for Entries {
+    type Target = HashMap<Key, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.by_key
+    }
+}
+
+impl std::ops::DerefMut for Entries {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.by_key
+    }
+}
+
 impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -104,11 +137,18 @@ impl Registry {
         hosted: Option<Hosted>,
         script_ref: Option<(String, String)>,
     ) -> Option<Hosted> {
-        let mut entries = self.lock();
-        let entry = entries.entry(key).or_default();
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        if entries.by_uid.get(uid) != Some(&key) {
+            entries.by_uid.insert(uid.to_owned(), key.clone());
+        }
+        let entry = entries.by_key.entry(key.clone()).or_default();
         if entry.uid != uid {
             // A new object with the same name: its status starts afresh.
             entry.written = None;
+            if entries.by_uid.get(&entry.uid).is_some_and(|k| *k == key) {
+                entries.by_uid.remove(&entry.uid);
+            }
         }
         uid.clone_into(&mut entry.uid);
         entry.fingerprint = fingerprint;
@@ -185,10 +225,13 @@ impl Registry {
     /// The key whose generated objects carry the owner label `uid`; marks its grants
     /// for re-applying.
     pub fn grants_changed(&self, uid: &str) -> Option<Key> {
-        let mut entries = self.lock();
-        let (key, entry) = entries
-            .iter_mut()
-            .find(|(_, e)| e.uid == uid && e.grants.is_some())?;
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        let key = entries.by_uid.get(uid)?;
+        let entry = entries
+            .by_key
+            .get_mut(key)
+            .filter(|e| e.uid == uid && e.grants.is_some())?;
         entry.grants_changed = true;
         Some(key.clone())
     }
@@ -328,7 +371,9 @@ impl Registry {
 
     /// Every controller, for shutdown.
     pub fn drain(&self) -> Vec<Hosted> {
-        self.lock().drain().filter_map(|(_, e)| e.hosted).collect()
+        let mut entries = self.lock();
+        entries.by_uid.clear();
+        entries.by_key.drain().filter_map(|(_, e)| e.hosted).collect()
     }
 
     /// Every StarlarkController decided so far (all of them depend on the ceiling).
@@ -480,5 +525,43 @@ mod tests {
         // Without a uid (a requeue that did not know it), the entry goes.
         registry.decide(key.clone(), "x", 1, Outcome::default(), None, None);
         assert!(registry.forget(&key, None).is_some());
+    }
+
+    #[test]
+    fn a_generated_objects_owner_is_found_by_uid_only_while_it_holds_grants() {
+        let registry = Registry::default();
+        let key: Key = ("t".into(), "c".into());
+        let grant = |uid: &str| {
+            Some(Arc::new(Grant {
+                kind: "StarlarkController",
+                name: "c".into(),
+                namespace: Some("t".into()),
+                uid: uid.into(),
+                service_account: "sa".into(),
+                home: "t".into(),
+                rules: crate::rbac::Rules::default(),
+            }))
+        };
+        registry.decide(key.clone(), "one", 1, Outcome::default(), None, None);
+        assert_eq!(registry.grants_changed("one"), None, "no grants yet");
+        registry.set_grants(&key, grant("one"));
+        assert_eq!(registry.grants_changed("one"), Some(key.clone()));
+        assert!(registry.take_changed_grants(&key).is_some());
+        // A new object of the same name: the old uid no longer names it.
+        registry.decide(key.clone(), "two", 1, Outcome::default(), None, None);
+        assert_eq!(registry.grants_changed("one"), None);
+        assert_eq!(registry.grants_changed("two"), Some(key.clone()));
+        // Another object must not be found through a key it never had.
+        let other: Key = ("t".into(), "d".into());
+        registry.decide(other.clone(), "three", 1, Outcome::default(), None, None);
+        assert_eq!(registry.grants_changed("three"), None);
+        // Gone: neither is found, and nothing is left behind.
+        registry.forget(&key, Some("two"));
+        registry.remove(&other);
+        assert_eq!(registry.grants_changed("two"), None);
+        assert!(registry.lock().by_uid.is_empty());
+        registry.decide(key.clone(), "four", 1, Outcome::default(), None, None);
+        drop(registry.drain());
+        assert!(registry.lock().by_uid.is_empty());
     }
 }
