@@ -124,7 +124,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let kube_opts = kube_options(&args.cluster, false);
-        let (client, _) = kite::connect_config(&kube_opts).await?;
+        let (client, config) = kite::connect_config(&kube_opts).await?;
         let lease_namespace = args.leader_election.then(|| {
             args.leader_election_namespace
                 .clone()
@@ -180,7 +180,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
             secure_metrics: args.secure_metrics,
         };
         let signalled = kite::shutdown_signal()?;
-        kite::run_operator(client, opts, signalled).await?;
+        kite::run_operator((client, config), opts, signalled).await?;
         anyhow::Ok(())
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));

@@ -29,6 +29,8 @@ use crate::k8s::discovery::Discovery;
 /// What a run is made of, shared by its phases (`manager::run`).
 pub(super) struct Parts {
     pub(super) client: kube::Client,
+    /// What `client` was built from: the leases' threads connect with it.
+    pub(super) config: kube::Config,
     pub(super) opts: Options,
     /// True once the run is to stop.
     pub(super) stop: watch::Receiver<bool>,
@@ -74,7 +76,7 @@ impl Parts {
     /// # Errors
     /// A missing CRD, a busy logs port, no threads, or unusable certificates.
     pub(super) async fn assemble(
-        client: kube::Client,
+        (client, config): (kube::Client, kube::Config),
         opts: Options,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self> {
@@ -104,7 +106,7 @@ impl Parts {
         // controllers have stopped); hosted controllers write only while it is valid.
         let shards = opts.shards.then(|| {
             Shards::join(
-                client.clone(),
+                (client.clone(), config.clone()),
                 &opts.operator_namespace,
                 &opts.identity,
                 logs_address,
@@ -135,6 +137,7 @@ impl Parts {
         let (leading_tx, leading) = watch::channel(opts.leader_election.is_none());
         Ok(Parts {
             client,
+            config,
             opts,
             stop,
             release,

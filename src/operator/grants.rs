@@ -6,7 +6,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value as Json, json};
 
-use super::seen::{self, Place, Seen};
+use super::fingerprint::fingerprint;
+use super::seen::{Place, Seen};
 use crate::rbac::Rules;
 
 /// The field manager of everything the operator writes.
@@ -201,7 +202,7 @@ pub async fn apply(
             .to_owned();
         let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
         let place = (ns, name);
-        if seen.holds(of, &place, owner.uid, seen::fingerprint(obj, owner.uid)) {
+        if seen.holds(of, &place, owner.uid, fingerprint(obj, owner.uid)) {
             wanted.push((of, place));
             continue;
         }

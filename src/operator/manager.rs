@@ -116,12 +116,12 @@ pub const LEASE: &str = "kite-operator";
 /// # Errors
 /// A missing CRD, a busy health port, or lost leadership.
 pub async fn run(
-    client: kube::Client,
+    (client, config): (kube::Client, kube::Config),
     opts: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     tokio::spawn(crate::k8s::support::warn_if_unsupported(client.clone()));
-    let mut parts = Parts::assemble(client, opts, shutdown).await?;
+    let mut parts = Parts::assemble((client, config), opts, shutdown).await?;
     let registration = serve(&parts).await?;
     let ControlFlow::Continue(elector) = lead(&mut parts).await else {
         return Ok(());
@@ -182,7 +182,7 @@ async fn serve(parts: &Parts) -> Result<Registration> {
 
 /// With leader election: contends for the lease and waits to lead; gives the elector's
 /// task. Breaks when the run is stopped first.
-async fn lead(parts: &mut Parts) -> ControlFlow<(), Option<JoinHandle<()>>> {
+async fn lead(parts: &mut Parts) -> ControlFlow<(), Option<leader::Done>> {
     let Some(lease_ns) = &parts.opts.leader_election else {
         return ControlFlow::Continue(None);
     };
@@ -198,13 +198,14 @@ async fn lead(parts: &mut Parts) -> ControlFlow<(), Option<JoinHandle<()>>> {
         .unwrap_or_else(crate::control::leader::Validity::new);
     // The lease goes only once the hosted controllers have stopped (or when `run`
     // returns early): a standby must never run them beside ours.
-    let elector = tokio::spawn(leader::run(
-        parts.client.clone(),
-        lc,
-        leading_tx,
-        validity,
-        stopped(&parts.release.1),
-    ));
+    // On a thread of its own, so that a busy runtime cannot make it late
+    // (`leader::isolated`).
+    let release = stopped(&parts.release.1);
+    let elector = leader::isolated(
+        "kite-leader",
+        (parts.client.clone(), parts.config.clone()),
+        move |client| leader::run(client, lc, leading_tx, validity, release),
+    );
     tracing::info!(lease = LEASE, namespace = %lease_ns, identity = %opts.identity, "waiting to lead");
     let (mut leading, mut stop) = (parts.leading.clone(), parts.stop.clone());
     tokio::select! {
@@ -395,7 +396,7 @@ async fn drive(parts: &Parts, audited: &broadcast::Sender<Key>) -> bool {
 async fn shut_down(
     parts: Parts,
     background: Background,
-    elector: Option<JoinHandle<()>>,
+    elector: Option<leader::Done>,
     lost: bool,
 ) -> Result<()> {
     let Parts {
@@ -444,6 +445,9 @@ async fn shut_down(
     let _ = release.0.send(true);
     if let Some(elector) = elector {
         let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;
+    }
+    if let Some(shards) = &parts.shards {
+        shards.left(Duration::from_secs(5)).await;
     }
     if lost {
         return Err(Error::LoseLeadership);

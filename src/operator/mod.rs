@@ -34,6 +34,7 @@ pub mod confinement;
 pub mod decision;
 pub mod events;
 pub mod fanout;
+pub mod fingerprint;
 pub mod gate;
 pub mod grants;
 pub mod hosted;

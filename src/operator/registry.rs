@@ -373,7 +373,11 @@ impl Registry {
     pub fn drain(&self) -> Vec<Hosted> {
         let mut entries = self.lock();
         entries.by_uid.clear();
-        entries.by_key.drain().filter_map(|(_, e)| e.hosted).collect()
+        entries
+            .by_key
+            .drain()
+            .filter_map(|(_, e)| e.hosted)
+            .collect()
     }
 
     /// Every StarlarkController decided so far (all of them depend on the ceiling).

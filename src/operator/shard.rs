@@ -65,6 +65,8 @@ pub struct Shards {
     /// Each live replica's logs API address (its lease's [`LOGS_ANNOTATION`]), for
     /// forwarding a log request to the replica that runs the controller.
     logs: Addresses,
+    /// Completes once the lease has been let go (after `release`).
+    kept: std::sync::Mutex<Option<leader::Done>>,
 }
 
 /// Each live replica's logs address, by identity.
@@ -76,56 +78,75 @@ pub const LOGS_ANNOTATION: &str = "starkite.io/logs-address";
 impl Shards {
     /// Joins: holds this replica's membership Lease in `namespace` and keeps the list
     /// of live replicas current, until `release` turns true (the lease is then
-    /// released, so the others take over at once).
+    /// released, so the others take over at once). Both run on a thread of their own
+    /// with their own connection from `config` (see [`leader::isolated`]), so that a
+    /// replica busy starting its share still renews on time.
     pub fn join(
-        client: kube::Client,
+        (client, config): (kube::Client, kube::Config),
         namespace: &str,
         identity: &str,
         logs_address: Option<String>,
         release: watch::Receiver<bool>,
     ) -> Arc<Self> {
-        let shutdown = move || {
-            let mut rx = release.clone();
-            async move {
-                let _ = rx.wait_for(|r| *r).await;
-            }
-        };
         let validity = Validity::new();
-        let mut config = LeaderConfig::new(lease_name(identity), namespace, identity);
-        config.lease_duration = LEASE_DURATION;
-        config.renew_deadline = RENEW_DEADLINE;
-        config.retry_period = RETRY_PERIOD;
+        let mut lease = LeaderConfig::new(lease_name(identity), namespace, identity);
+        lease.lease_duration = LEASE_DURATION;
+        lease.renew_deadline = RENEW_DEADLINE;
+        lease.retry_period = RETRY_PERIOD;
         if let Some(address) = logs_address {
-            config
+            lease
                 .annotations
                 .insert(LOGS_ANNOTATION.to_owned(), address);
         }
-        let (held_tx, held) = watch::channel(false);
-        tokio::spawn(leader::run(
-            client.clone(),
-            config,
-            held_tx,
-            validity.clone(),
-            shutdown(),
-        ));
         let (members_tx, members) = watch::channel(Vec::new());
         let logs = Arc::default();
-        tokio::spawn(look(
-            client.clone(),
-            namespace.to_owned(),
-            identity.to_owned(),
-            held,
-            validity.clone(),
-            (members_tx, Arc::clone(&logs)),
-            shutdown(),
-        ));
+        let keep = {
+            let (namespace, identity) = (namespace.to_owned(), identity.to_owned());
+            let (validity, logs) = (validity.clone(), Arc::clone(&logs));
+            move |client: kube::Client| async move {
+                let shutdown = move || {
+                    let mut rx = release.clone();
+                    async move {
+                        let _ = rx.wait_for(|r| *r).await;
+                    }
+                };
+                let (held_tx, held) = watch::channel(false);
+                let elect =
+                    leader::run(client.clone(), lease, held_tx, validity.clone(), shutdown());
+                let looked = look(
+                    client,
+                    namespace,
+                    identity,
+                    held,
+                    validity,
+                    (members_tx, logs),
+                    shutdown(),
+                );
+                tokio::join!(elect, looked);
+            }
+        };
+        let kept = leader::isolated("kite-shard", (client.clone(), config), keep);
         Arc::new(Self {
             identity: identity.to_owned(),
             client,
             members,
             validity,
             logs,
+            kept: std::sync::Mutex::new(Some(kept)),
         })
+    }
+
+    /// Waits at most `within` for the lease to be let go, once `release` was sent: the
+    /// others take this replica's share at once instead of after the lease expires.
+    pub async fn left(&self, within: Duration) {
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(kept) = kept {
+            let _ = tokio::time::timeout(within, kept).await;
+        }
     }
 
     /// This replica's identity.

@@ -7,7 +7,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+mod isolation;
 mod lease;
+
+pub use isolation::{Done, isolated};
 
 use lease::{Attempt, Elector};
 
