@@ -118,7 +118,14 @@ fn kube_options(cluster: &kite::cli::ClusterArgs, dry_run: bool) -> KubeOptions 
 }
 
 fn operator(args: OperatorArgs) -> ExitCode {
-    init_logging(args.log.log_format, args.log.verbose);
+    // Each hosted reconcile is in its controller's journal (`kite logs`); a line per
+    // reconcile in the operator's own log too was hundreds of lines a second at
+    // thousands of controllers. Their failures still show (warnings).
+    init_logging_with(
+        args.log.log_format,
+        args.log.verbose,
+        "info,kite::control::worker=warn",
+    );
     let Some(runtime) = runtime() else {
         return ExitCode::FAILURE;
     };
@@ -274,9 +281,14 @@ fn infer(script: &std::path::Path, args: &InferArgs) -> anyhow::Result<kite::Inf
 }
 
 fn init_logging(format: LogFormat, verbose: u8) {
+    init_logging_with(format, verbose, "info");
+}
+
+/// As [`init_logging`], with `quiet` as the filter when not verbose.
+fn init_logging_with(format: LogFormat, verbose: u8, quiet: &str) {
     use std::io::IsTerminal;
     let default = match verbose {
-        0 => "info",
+        0 => quiet,
         1 => "debug",
         _ => "trace",
     };

@@ -168,6 +168,11 @@ impl Shards {
         self.validity.clone()
     }
 
+    /// Whether this replica counts itself live now (its own lease is valid).
+    fn is_member(&self) -> bool {
+        self.members.borrow().contains(&self.identity)
+    }
+
     /// The live replicas now.
     pub fn members(&self) -> Vec<String> {
         self.members.borrow().clone()
@@ -220,8 +225,15 @@ impl Shards {
     ///
     /// # Errors
     /// The write failed; the claim then lapses with this replica's membership.
+    ///
+    /// # Caveats
+    /// A replica whose own membership has lapsed writes nothing: its claim names a
+    /// replica the others no longer count as live, so they take the resource anyway,
+    /// and if it renews first its claims still stand, with nothing to write back.
+    /// Releasing and re-claiming every resource on each lapse was two writes per
+    /// controller, which at thousands of controllers made the next renewal late.
     pub async fn release<K: Tenant>(&self, cr: &K) -> Result<()> {
-        if cr.replica() != Some(self.identity.as_str()) {
+        if cr.replica() != Some(self.identity.as_str()) || !self.is_member() {
             return Ok(());
         }
         let body = json!({

@@ -7,11 +7,17 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// Entries one journal keeps at most; the oldest go first.
-pub const MAX_ENTRIES: usize = 2000;
+pub const MAX_ENTRIES: usize = 250;
 
-/// Bytes of text one journal keeps at most (so 2000 long tracebacks cannot add up);
-/// charged to its namespace's `--namespace-memory` with the controller.
-pub const MAX_BYTES: usize = 256 * 1024;
+/// Bytes one journal keeps at most, its entries' own size included (so long
+/// tracebacks cannot add up); charged to its namespace's `--namespace-memory` with the
+/// controller. Every running controller's journal fills up in time (each reconcile
+/// adds a line): at 256 KiB each, 5000 controllers would have come to keep 1.3 GB of
+/// them.
+pub const MAX_BYTES: usize = 32 * 1024;
+
+/// What an entry costs beyond its text.
+const ENTRY_SIZE: usize = std::mem::size_of::<Entry>();
 
 /// One line (or one reconcile's outcome, which may span lines: a traceback).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +65,7 @@ impl Journal {
         let seq = {
             let mut kept = self.lock();
             let seq = kept.entries.back().map_or(*self.last.borrow(), |e| e.seq) + 1;
-            kept.bytes += text.len();
+            kept.bytes += text.len() + ENTRY_SIZE;
             kept.entries.push_back(Entry {
                 seq,
                 at: SystemTime::now(),
@@ -69,7 +75,7 @@ impl Journal {
                 let Some(old) = kept.entries.pop_front() else {
                     break;
                 };
-                kept.bytes -= old.text.len();
+                kept.bytes -= old.text.len() + ENTRY_SIZE;
             }
             seq
         };
@@ -148,8 +154,9 @@ mod tests {
             j.push(&big);
         }
         let all = j.read(0, None, None);
-        let bytes: usize = all.iter().map(|e| e.text.len()).sum();
+        let bytes: usize = all.iter().map(|e| e.text.len() + ENTRY_SIZE).sum();
         assert!(bytes <= MAX_BYTES, "{bytes}");
+        assert_eq!(j.lock().bytes, bytes, "what is counted is what is kept");
         assert!(all.last().unwrap().text.ends_with("...(cut)"));
         // No escape sequence reaches a reader's terminal.
         j.push("a\x1b[2Jb\nreconciled x\u{202E}y");
