@@ -178,8 +178,13 @@ mod tests {
         let second = quota.charge("a", OVERHEAD * 4).unwrap();
         let e = quota.charge("a", OVERHEAD).unwrap_err().to_string();
         assert!(
-            e.contains("namespace a's other controllers keep 5.0 MiB")
-                && e.contains("limit of 5.0 MiB per namespace (--namespace-memory)"),
+            e.contains(&format!(
+                "namespace a's other controllers keep {} MiB",
+                mib(OVERHEAD * 10)
+            )) && e.contains(&format!(
+                "limit of {} MiB per namespace (--namespace-memory)",
+                mib(OVERHEAD * 10)
+            )),
             "{e}"
         );
         // Another namespace has its own.
@@ -199,7 +204,10 @@ mod tests {
         grows.resize(OVERHEAD * 4).unwrap();
         assert_eq!(quota.used("a"), OVERHEAD * 9);
         let e = grows.resize(OVERHEAD * 6).unwrap_err().to_string();
-        assert!(e.contains("other controllers keep 2.0 MiB"), "{e}");
+        assert!(
+            e.contains(&format!("other controllers keep {} MiB", mib(OVERHEAD * 4))),
+            "{e}"
+        );
         assert_eq!(
             quota.used("a"),
             OVERHEAD * 9,

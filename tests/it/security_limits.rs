@@ -398,11 +398,11 @@ async fn the_caches_of_a_namespaces_watches_count_against_its_limit() {
     let _op = Operator::start_with(
         ns,
         &ceiling,
-        &["--namespace", ns, "--namespace-memory", "24"],
+        &["--namespace", ns, "--namespace-memory", "20"],
     )
     .await;
     // Six controllers, six selectors that all match every ConfigMap: six copies, about
-    // 26 MiB with kite's share, over 24.
+    // 27.5 MiB with kite's share (4.6 MiB each), over 20: four fit, five do not.
     let names: Vec<String> = (0..6).map(|i| format!("copy-{i}")).collect();
     for name in &names {
         let script = format!(
@@ -436,7 +436,7 @@ async fn the_caches_of_a_namespaces_watches_count_against_its_limit() {
     .await;
     assert!(
         (1..=4).contains(&running),
-        "{running} running, {refused} refused: each keeps a copy of about 4.3 MiB, so at most four fit 24 MiB"
+        "{running} running, {refused} refused: each keeps a copy of about 4.3 MiB, so at most four fit 20 MiB"
     );
     let refused_name = {
         let mut found = None;
@@ -450,11 +450,11 @@ async fn the_caches_of_a_namespaces_watches_count_against_its_limit() {
     // The stop named the caches, in an event; the refusal that follows keeps the charge.
     let events = kubectl_ok(&["get", "events", "-n", ns, "-o", "json"]).await;
     assert!(
-        events.contains("over the operator's limit of 24.0 MiB per namespace (--namespace-memory)"),
+        events.contains("over the operator's limit of 20.0 MiB per namespace (--namespace-memory)"),
         "{events}"
     );
     // It is refused from the start now, charged what its caches held (a start without
-    // that would be charged about 0.5 MiB, fit, and fill its caches again).
+    // that would be charged about 0.3 MiB, fit, and fill its caches again).
     let s = status(ns, &refused_name).await;
     let m = condition(&s, "Ready")["message"]
         .as_str()
