@@ -25,14 +25,6 @@ use super::shard::{self, Shards};
 use super::tenant::{Tenant, is_cluster_key};
 use super::trigger;
 
-/// Reconciles of one kind under way at once. Unbounded, a restart of thousands ran them
-/// all at once: each held its own HTTP/1.1 connection to the API server (a TLS
-/// handshake and its buffers), and a heap profile at 1000 controllers found most of the
-/// peak in those connections and in the reconciles' waiting state. The API server
-/// cannot answer thousands at once anyway, and the script work is bounded by the
-/// hosted pool's threads.
-const CONCURRENT_RECONCILES: u16 = 128;
-
 /// Runs the controller of one kind until `end`.
 pub(super) async fn controller<K: Tenant>(
     client: &kube::Client,
@@ -52,9 +44,6 @@ pub(super) async fn controller<K: Tenant>(
             .collect::<Vec<_>>()
     };
     let mut controller = Controller::new(crs, tenants.clone())
-        .with_config(
-            kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES),
-        )
         .watches_stream(
             taps.configmaps.take(),
             move |cm: kube::core::PartialObjectMeta<ConfigMap>| {

@@ -168,11 +168,6 @@ impl Shards {
         self.validity.clone()
     }
 
-    /// Whether this replica counts itself live now (its own lease is valid).
-    fn is_member(&self) -> bool {
-        self.members.borrow().contains(&self.identity)
-    }
-
     /// The live replicas now.
     pub fn members(&self) -> Vec<String> {
         self.members.borrow().clone()
@@ -233,7 +228,7 @@ impl Shards {
     /// Releasing and re-claiming every resource on each lapse was two writes per
     /// controller, which at thousands of controllers made the next renewal late.
     pub async fn release<K: Tenant>(&self, cr: &K) -> Result<()> {
-        if cr.replica() != Some(self.identity.as_str()) || !self.is_member() {
+        if cr.replica() != Some(self.identity.as_str()) || !self.validity.valid() {
             return Ok(());
         }
         let body = json!({
