@@ -1,14 +1,14 @@
 //! Keeping a lease on its own thread, runtime and connection: a process busy with
-//! thousands of tasks still renews on time.
+//! thousands of tasks still gets its renewal sent on time.
 //!
 //! A lease renewal is a small request with a hard deadline. Spawned on the process's
 //! runtime it waits behind every task ready before it, and its request waits behind
-//! every other in the shared client. Measured with three operator replicas starting
-//! 5000 controllers on two cores: renewals the API server answered in milliseconds took
-//! the replicas more than their 7 s deadline, each lost and retook its shard lease about
-//! twenty times in ten minutes, and every loss handed its controllers over. On a thread
-//! of its own the renewal is scheduled by the kernel beside the busy workers, not after
-//! them.
+//! every other in the shared client; a missed deadline hands every controller over. On
+//! a thread of its own the renewal is scheduled by the kernel beside the busy workers,
+//! not after them. It cannot make a busy API server answer sooner: with three replicas
+//! starting 5000 controllers on two cores, renewals still missed their deadline until
+//! the replicas stopped releasing and re-claiming everything on each lapse (see
+//! `operator::shard`).
 
 use std::future::Future;
 use std::pin::Pin;
