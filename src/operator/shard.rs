@@ -222,9 +222,10 @@ impl Shards {
     /// The write failed; the claim then lapses with this replica's membership.
     ///
     /// # Caveats
-    /// A replica whose own membership has lapsed writes nothing: its claim names a
-    /// replica the others no longer count as live, so they take the resource anyway,
-    /// and if it renews first its claims still stand, with nothing to write back.
+    /// A replica whose own lease is not valid (it missed its renew deadline) writes
+    /// nothing: its claim names a replica the others no longer count as live, so they
+    /// take the resource anyway, and if it renews first its claims still stand, with
+    /// nothing to write back.
     /// Releasing and re-claiming every resource on each lapse was two writes per
     /// controller, which at thousands of controllers made the next renewal late.
     pub async fn release<K: Tenant>(&self, cr: &K) -> Result<()> {
