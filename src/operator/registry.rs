@@ -82,8 +82,8 @@ pub struct Registry {
 }
 
 /// The entries by key, and the key of each object's uid: a watch event on a generated
-/// object names its owner by uid, and at thousands of controllers a scan per event was
-/// the bulk of a restart's work.
+/// object names its owner by uid, and a scan of every entry per event was quadratic at
+/// a restart (about 15 000 events, each a pass over 5000 entries, at 5000 controllers).
 #[derive(Default)]
 struct Entries {
     by_key: HashMap<Key, Entry>,
