@@ -187,6 +187,12 @@ pub struct OperatorArgs {
     /// cache. Watches shared with other namespaces' controllers are not counted.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub namespace_watches: u16,
+    /// The reconciles of StarlarkControllers (and, apart, of ClusterStarlarkControllers)
+    /// under way at once, like controller-runtime's MaxConcurrentReconciles. Each holds
+    /// a connection to the API server; more than the API server answers at once only
+    /// costs memory.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_reconciles: u16,
     /// On SIGTERM/SIGINT, how long in-flight handlers may take to finish.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace_period: std::time::Duration,

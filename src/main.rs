@@ -167,6 +167,7 @@ fn operator(args: OperatorArgs) -> ExitCode {
             recheck_period: args.recheck_period,
             namespace_memory: (args.namespace_memory as usize) << 20,
             namespace_watches: args.namespace_watches.into(),
+            concurrent_reconciles: args.concurrent_reconciles,
             grace: args.grace_period,
             webhook_bind: std::net::SocketAddr::new(args.webhook_bind, args.webhook_port),
             logs_bind: args

@@ -125,10 +125,16 @@ async fn review<K: Tenant>(
         {
             return allow.deny(format!("{} {}: {message}", K::KIND, cr.display()));
         }
-        if let Assessment::Runnable(runnable) = assessment(ctx, &cr, script.clone()).await {
-            let wanted = assessment::permissions(&cr, &runnable, &ctx.operator_namespace);
-            denied = first_denied(&ctx.client, &author, &wanted).await;
-        }
+        denied = match assessment(ctx, &cr, script.clone(), assessment::Turn::Wait).await {
+            Assessment::Runnable(r) => {
+                let wanted = assessment::permissions(&cr, &r, &ctx.operator_namespace);
+                first_denied(&ctx.client, &author, &wanted).await
+            }
+            // Never when waiting; but what was not assessed is never approved.
+            Assessment::Busy => return allow.deny(format!("{}: not analysed", cr.display())),
+            // Approved as far as naming it goes: it cannot run, and its status says why.
+            Assessment::Suspended | Assessment::Invalid { .. } | Assessment::Outside(_) => Ok(None),
+        };
     }
     match denied {
         Ok(None) => {}

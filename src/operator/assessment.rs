@@ -46,6 +46,20 @@ pub enum Assessment {
     Outside(String),
     /// It can run, with these permissions.
     Runnable(Box<Runnable>),
+    /// Not assessed: the namespace's analysis turn was held, and the resource is
+    /// queued for it ([`Turn::Take`]).
+    Busy,
+}
+
+/// How an assessment gets its namespace's analysis turn.
+pub enum Turn<'a> {
+    /// Waits for it: at admission, which holds no reconcile slot and has its own
+    /// bound per namespace and deadline.
+    Wait,
+    /// Takes one that is free, or queues this resource to be woken when one is given
+    /// back and is [`Assessment::Busy`]: a reconcile, which must not hold one of the
+    /// operator's reconcile slots while a tenant's analyses run.
+    Take(&'a super::registry::Key),
 }
 
 /// A script that can run.
@@ -94,11 +108,13 @@ pub async fn read_script(
     }
 }
 
-/// Assesses `cr` with its `script` (as [`read_script`] returned it).
+/// Assesses `cr` with its `script` (as [`read_script`] returned it), in its
+/// namespace's analysis turn, had as `how` says.
 pub async fn assessment<K: Tenant>(
     ctx: &Context,
     cr: &K,
     script: Result<String, String>,
+    how: Turn<'_>,
 ) -> Assessment {
     let spec = cr.common_spec();
     let home = cr.home(&ctx.operator_namespace);
@@ -148,7 +164,14 @@ pub async fn assessment<K: Tenant>(
     };
     // Held by the analysis thread itself: a timed-out analysis keeps its namespace's
     // turn until it really ends.
-    let turn = std::sync::Arc::new(ctx.analyses.turn(&home).await);
+    let turn = match how {
+        Turn::Wait => ctx.analyses.turn(&home).await,
+        Turn::Take(key) => match ctx.analyses.take_or_queue(&home, key) {
+            Some(turn) => turn,
+            None => return Assessment::Busy,
+        },
+    };
+    let turn = std::sync::Arc::new(turn);
     let inference = match analyse(ctx, &spec, &file_name, &script, watch, turn).await {
         Ok(i) => i,
         Err((reason, message)) => return Assessment::Invalid { reason, message },
@@ -230,7 +253,7 @@ async fn analyse(
     file_name: &str,
     script: &str,
     watch: Watch,
-    turn: std::sync::Arc<tokio::sync::OwnedSemaphorePermit>,
+    turn: std::sync::Arc<super::turns::Turn>,
 ) -> Result<Inference, (&'static str, String)> {
     let watch = std::sync::Arc::new(watch);
     let run = |resources: Vec<crate::k8s::discovery::Resource>, lint: bool| {

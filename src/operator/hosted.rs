@@ -72,8 +72,9 @@ pub struct Plan {
     /// identity (discovery is readable by all), so 1000 controllers ask once, not 1000
     /// times, and hold one copy.
     pub discovery: crate::k8s::discovery::Discovery,
-    /// Whose turn it is to run a top level, per namespace.
-    pub turns: Arc<super::turns::Turns>,
+    /// The namespace's turn to run a top level, taken before anything stopped: given
+    /// back as soon as the top level ends, or at once when an equal one is shared.
+    pub turn: Option<super::turns::Turn>,
     /// What each namespace's controllers keep in memory.
     pub quota: Arc<super::quota::Quota>,
     /// Where its lines and reconciles are kept for `kite logs`.
@@ -192,7 +193,8 @@ fn mib(bytes: usize) -> f64 {
 /// # Errors
 /// A script error, a script without `k8s.control()`, a bad override, or a start failure
 /// (an unknown kind).
-pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
+pub async fn start(mut plan: Plan, client: kube::Client) -> Result<Hosted> {
+    let turn = plan.turn.take();
     let runtime = tokio::runtime::Handle::current();
     let vars = Vars::from_map(plan.vars.clone());
     // A hosted script may talk to the cluster, as its ServiceAccount, and nothing else.
@@ -221,12 +223,13 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
     let session = Arc::new(session);
     host.ext::<SessionCell>().pin(session.clone());
     let top = if let Some(top) = shared {
+        drop(turn);
         for text in &top.printed {
             let _ = starlark::PrintHandler::println(&host.printer, text);
         }
         top
     } else {
-        let top = evaluate(&plan, &host).await?;
+        let top = evaluate(&plan, &host, turn).await?;
         if host.reached() {
             Arc::new(top)
         } else {
@@ -292,15 +295,18 @@ pub async fn start(plan: Plan, client: kube::Client) -> Result<Hosted> {
 }
 
 /// Runs the script's top level on a thread of its own, within its budget, in its
-/// namespace's turn.
+/// namespace's `turn` (held by the thread until the top level really ends).
 ///
 /// # Errors
 /// A script error, one that never calls `k8s.control()`, or a top level over its
 /// budget or memory.
-async fn evaluate(plan: &Plan, host: &Arc<Host>) -> Result<TopLevel> {
+async fn evaluate(
+    plan: &Plan,
+    host: &Arc<Host>,
+    turn: Option<super::turns::Turn>,
+) -> Result<TopLevel> {
     let (file_name, script, eval_host) =
         (plan.file_name.clone(), plan.script.clone(), host.clone());
-    let turn = plan.turns.turn(&plan.namespace).await;
     // A thread of its own with a deep stack: parsing and compiling recurse per level.
     let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
     let tag = crate::script::memory::new_tag();

@@ -25,7 +25,17 @@ use super::shard::{self, Shards};
 use super::tenant::{Tenant, is_cluster_key};
 use super::trigger;
 
-/// Runs the controller of one kind until `end`.
+/// Runs the controller of one kind until `end`, at most `opts.concurrent_reconciles`
+/// reconciles at once.
+///
+/// Unbounded, a restart of thousands ran them all at once: each held its own HTTP/1.1
+/// connection to the API server (a TLS handshake and its buffers), and a heap profile
+/// at 1000 controllers found most of the peak in those connections and in the
+/// reconciles' waiting state. The API server cannot answer thousands at once anyway,
+/// and the script work is bounded by the hosted pool's threads.
+///
+/// A reconcile never waits for its namespace's turns ([`super::turns`]): a tenant
+/// whose top levels never end would otherwise hold every slot.
 pub(super) async fn controller<K: Tenant>(
     client: &kube::Client,
     opts: &Options,
@@ -44,6 +54,9 @@ pub(super) async fn controller<K: Tenant>(
             .collect::<Vec<_>>()
     };
     let mut controller = Controller::new(crs, tenants.clone())
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(opts.concurrent_reconciles),
+        )
         .watches_stream(
             taps.configmaps.take(),
             move |cm: kube::core::PartialObjectMeta<ConfigMap>| {
@@ -78,18 +91,15 @@ pub(super) async fn controller<K: Tenant>(
                 generated::<K, ClusterRoleBinding>(registry.clone()),
             );
     }
-    // A controller the cache audit stopped: report it, and retry it later.
-    let stopped = futures::stream::unfold(audited.subscribe(), |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(key) => return Some((key, rx)),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
+    // A controller the cache audit stopped: report it, and retry it later. A resource
+    // turned away by its namespace's busy turns: its turn may have come.
+    let woken = futures::stream::select_all([
+        keys(audited.subscribe()),
+        keys(ctx.turns.woken()),
+        keys(ctx.analyses.woken()),
+    ])
     .filter_map(|key| std::future::ready(object_ref::<K>(key)));
-    controller = controller.reconcile_on(stopped);
+    controller = controller.reconcile_on(woken);
     if let Some(shards) = &ctx.shards {
         let store = controller.store();
         controller = controller.reconcile_on(moved(store, shards));
@@ -115,6 +125,21 @@ pub(super) async fn controller<K: Tenant>(
             }
         })
         .await;
+}
+
+/// The keys sent on `rx`, as a stream; those a lagging receiver missed are gone (each
+/// sender has its own later retry).
+fn keys(rx: tokio::sync::broadcast::Receiver<Key>) -> futures::stream::BoxStream<'static, Key> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(key) => return Some((key, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .boxed()
 }
 
 /// The resources to look at again when the live replicas change: those whose owner

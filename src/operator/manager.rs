@@ -59,6 +59,8 @@ pub struct Options {
     /// The informers one namespace's hosted controllers may start
     /// ([`Informers::limit_groups`](crate::control::informers::Informers::limit_groups)).
     pub namespace_watches: usize,
+    /// Reconciles of one kind under way at once (`--concurrent-reconciles`).
+    pub concurrent_reconciles: u16,
     pub grace: Duration,
     /// Where the admission webhook listens.
     pub webhook_bind: SocketAddr,

@@ -23,6 +23,7 @@ use super::shard::Claim;
 use super::startup::start;
 use super::status::Verdict;
 use super::tenant::Tenant;
+use super::turns::busy_again;
 use crate::k8s::discovery::Discovery;
 
 /// Keeps a StarlarkController until its controller is stopped and its cluster-wide
@@ -366,7 +367,10 @@ async fn assess<'a, K: Tenant>(
     script: Result<String, String>,
     mut d: Decision<'a>,
 ) -> Step<(Decision<'a>, Box<Runnable>)> {
-    match assessment(ctx, cr, script).await {
+    match assessment(ctx, cr, script, assessment::Turn::Take(&d.key)).await {
+        // Looked at again when a turn is given back, or after a while: nothing was
+        // decided, nothing recorded, no failure counted.
+        Assessment::Busy => done(Action::requeue(busy_again())),
         Assessment::Suspended => {
             d.outcome.phase = Phase::Suspended;
             d.outcome.conditions = vec![Verdict::no("Ready", "Suspended", "spec.suspend is true")];

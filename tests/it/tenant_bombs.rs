@@ -245,3 +245,83 @@ async fn no_script_stops_the_operator_or_its_neighbours() {
     replicas_become(ns, "web", "3").await;
     assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok());
 }
+
+/// A tenant whose top levels never end (each asks for more memory than its limit at
+/// once, and its thread is parked for good) holds every top-level turn of its
+/// namespace. Its further controllers, turned away, must not hold the operator's
+/// reconcile slots while they wait for a turn: with two slots and three of them
+/// waiting, a controller in another namespace still starts.
+#[tokio::test]
+async fn a_namespace_whose_turns_are_held_for_good_holds_no_reconcile_slot() {
+    use crate::security::{CEILING, reason_becomes, slc, tenant};
+    const READER: &str = "def reconcile(d):\n    k8s.get(\"deployment\", d.metadata.name, namespace = d.metadata.namespace)\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    install_starlarkcontroller_crd().await;
+    let held = TestNamespace::new("slc-held").await;
+    let beside = TestNamespace::new("slc-beside").await;
+    let (held, beside) = (held.name.as_str(), beside.name.as_str());
+    let (attacker, neighbour) = (tenant(held).await, tenant(beside).await);
+    let ceiling = Ceiling::new(CEILING).await;
+    let label = format!("kite-test={held}");
+    let mut op = Operator::start_with(
+        held,
+        &ceiling,
+        &[
+            "--selector",
+            &label,
+            "--concurrent-reconciles",
+            "2",
+            "--script-memory",
+            "16",
+        ],
+    )
+    .await;
+    op.also.push(beside.to_owned());
+    let labelled = |ns: &str, name: &str, script: &str| {
+        let mut o = slc(ns, name, json!({"script": script}));
+        o["metadata"]["labels"] = json!({"kite-test": held});
+        o
+    };
+    // Four top levels parked for good: the namespace's four top-level turns.
+    let park = format!("S = \"x\" * 100000000\n\n{READER}");
+    for i in 0..4 {
+        let name = format!("park-{i}");
+        let out = apply_as(&attacker, &labelled(held, &name, &park)).await;
+        assert!(out.status.success(), "{name}");
+        let (_, m) = reason_becomes(held, &name, "Ready", "ScriptError").await;
+        assert!(m.contains("asked for more memory than its limit"), "{m}");
+    }
+    // Three more, each waiting for a turn that never comes: more than the slots.
+    for i in 0..3 {
+        let name = format!("queued-{i}");
+        let out = apply_as(&attacker, &labelled(held, &name, READER)).await;
+        assert!(out.status.success(), "{name}");
+    }
+    // Another tenant's controller starts, in its own namespace's turn.
+    let out = apply_as(&neighbour, &labelled(beside, "neighbour", READER)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_condition(
+        beside,
+        "neighbour",
+        "Ready",
+        "True",
+        Duration::from_secs(30),
+    )
+    .await;
+    // The waiting ones were turned away, not started and not failed: nothing decided.
+    for i in 0..3 {
+        let name = format!("queued-{i}");
+        let s = status(held, &name).await;
+        assert!(condition(&s, "Ready").is_null(), "{name}: {s}");
+    }
+    assert!(
+        op.metrics().await.contains("kite_script_threads_parked 4"),
+        "{}",
+        op.metrics().await
+    );
+    // Deleting them works as ever (the finalizer is the operator's to remove).
+    kubectl_ok(&["delete", "slc", "neighbour", "-n", beside, "--timeout=30s"]).await;
+}

@@ -85,6 +85,8 @@ pub struct Operator {
     pub kite: Kite,
     pub port: u16,
     pub ns: String,
+    /// Other namespaces whose StarlarkControllers go with it.
+    pub also: Vec<String>,
     pub webhook: WebhookConfiguration,
 }
 
@@ -100,20 +102,22 @@ impl Drop for Operator {
                 .stderr(std::process::Stdio::null())
                 .output()
         };
-        let _ = kubectl(&["delete", "slc", "--all", "-n", &self.ns, "--timeout=20s"]);
-        let Ok(out) = kubectl(&["get", "slc", "-n", &self.ns, "-o", "name"]) else {
-            return;
-        };
-        for name in String::from_utf8_lossy(&out.stdout).lines() {
-            let _ = kubectl(&[
-                "patch",
-                name,
-                "-n",
-                &self.ns,
-                "--type=merge",
-                "-p",
-                r#"{"metadata":{"finalizers":null}}"#,
-            ]);
+        for ns in std::iter::once(&self.ns).chain(&self.also) {
+            let _ = kubectl(&["delete", "slc", "--all", "-n", ns, "--timeout=20s"]);
+            let Ok(out) = kubectl(&["get", "slc", "-n", ns, "-o", "name"]) else {
+                continue;
+            };
+            for name in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = kubectl(&[
+                    "patch",
+                    name,
+                    "-n",
+                    ns,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+            }
         }
         // Then the webhook configuration goes (once the operator cannot restore it).
         self.kite.kill();
@@ -154,6 +158,7 @@ impl Operator {
             kite,
             port: port.parse().unwrap(),
             ns: ns.to_owned(),
+            also: Vec::new(),
             webhook,
         }
     }
