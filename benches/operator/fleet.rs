@@ -332,6 +332,36 @@ impl Fleet {
     }
 
     /// WATCH requests open on the API server now (its own metric).
+    /// Waits (up to `within`) until something other than the operator watches each of
+    /// `resources`: the controller-manager's garbage collector and quota controller
+    /// start watching a new kind on their next rediscovery (every 30 s), and a
+    /// baseline taken before that would count their watches as the operator's.
+    pub async fn watched(&self, resources: &[&str], within: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let request = hyper::Request::get("/metrics").body(Vec::new())?;
+            let text = self.client.request_text(request).await?;
+            let watched = |resource: &str| {
+                text.lines().any(|l| {
+                    l.starts_with("apiserver_longrunning_requests{")
+                        && l.contains("verb=\"WATCH\"")
+                        && l.contains(&format!("resource=\"{resource}\""))
+                        && !l.ends_with(" 0")
+                })
+            };
+            if resources.iter().all(|r| watched(r)) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                eprintln!(
+                    "   (no watch of {resources:?} after {within:?}; the baseline may miss some)"
+                );
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     pub async fn watches(&self) -> anyhow::Result<i64> {
         let request = hyper::Request::get("/metrics").body(Vec::new())?;
         let text = self.client.request_text(request).await?;

@@ -120,6 +120,12 @@ async fn bench() -> anyhow::Result<()> {
 
 async fn run(fleet: &mut Fleet, namespaces: &Namespaces) -> anyhow::Result<String> {
     fleet.prepare(namespaces, NAMESPACES, DEPLOYMENTS).await?;
+    fleet
+        .watched(
+            &["starlarkcontrollers", "clusterstarlarkcontrollers"],
+            Duration::from_secs(60),
+        )
+        .await?;
     let baseline = fleet.watches().await?;
     let mut rows = Vec::new();
     let mut op = Operator::start(fleet, "single", &[]).await?;

@@ -1,6 +1,7 @@
 //! A `kite operator` process (the release build) for the bench: started, measured,
 //! stopped or killed.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,7 +84,9 @@ impl Operator {
             .env("KUBECONFIG", crate::cluster::kubeconfig())
             // The replica's identity (status.replica), as in a pod.
             .env("POD_NAME", format!("kite-bench-{name}"))
-            .env("RUST_LOG", "warn")
+            // A group of its own, signalled as one: under heaptrack the operator is
+            // heaptrack's child, which a signal to heaptrack alone never reaches.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()
@@ -129,15 +132,20 @@ impl Operator {
         (field("VmRSS:") * 1024, field("Threads:"))
     }
 
+    /// Sends `signal` to the operator's process group (itself, or heaptrack and it).
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([signal, "--", &format!("-{}", self.child.id())])
+            .status();
+    }
+
     /// SIGTERM, then waits for a clean exit (SIGKILL after 60 s).
     pub async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal("-TERM");
         let deadline = Instant::now() + Duration::from_secs(60);
         while matches!(self.child.try_wait(), Ok(None)) {
             if Instant::now() > deadline {
-                let _ = self.child.kill();
+                self.signal("-KILL");
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -147,7 +155,7 @@ impl Operator {
 
     /// SIGKILL: a replica dying.
     pub fn kill(mut self) {
-        let _ = self.child.kill();
+        self.signal("-KILL");
         let _ = self.child.wait();
     }
 }
@@ -155,7 +163,7 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
+            self.signal("-KILL");
             let _ = self.child.wait();
         }
     }

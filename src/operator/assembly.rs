@@ -275,6 +275,7 @@ fn context(
         approval: approval::Key::new(&material.approval_key).with_max_age(opts.approval_max_age),
         turns: Arc::new(super::turns::Turns::new(4)),
         analyses: super::turns::Turns::new(1),
+        shares: super::turns::Turns::new(super::reconciler::RECONCILES_PER_NAMESPACE),
         modules: Arc::default(),
         lease: lease.cloned(),
         pool: pool.clone(),

@@ -116,7 +116,7 @@ impl<'a> Decision<'a> {
         let mut removal_owed = false;
         if stopping
             && grants_may_remain
-            && let Err(e) = grants::remove(&self.ctx.client, &self.uid).await
+            && let Err(e) = grants::remove(&self.ctx.client, &self.uid, &self.key.0).await
         {
             tracing::warn!(controller = %format!("{}/{}", self.key.0, self.key.1), error = %e, "removing the grants; retrying");
             self.fingerprint = 0;

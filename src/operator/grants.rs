@@ -310,12 +310,16 @@ enum Freshness {
     Current,
 }
 
-/// Removes every object generated for the StarlarkController with `uid`.
+/// Removes every object generated for the controller resource with `uid`: `within`
+/// the namespace of a StarlarkController (it is never granted anything outside it,
+/// so three namespaced lists rather than five cluster-wide ones), anywhere for a
+/// ClusterStarlarkController (`within` empty).
 ///
 /// # Errors
 /// An API error.
-pub async fn remove(client: &kube::Client, uid: &str) -> Result<()> {
-    prune(client, None, (uid, None), &[], Freshness::Current).await
+pub async fn remove(client: &kube::Client, uid: &str, within: &str) -> Result<()> {
+    let within = Some(within).filter(|ns| !ns.is_empty());
+    prune(client, None, (uid, within), &[], Freshness::Current).await
 }
 
 /// Deletes `uid`'s generated objects but `keep`: those `within` its namespace for a

@@ -92,11 +92,13 @@ pub(super) async fn controller<K: Tenant>(
             );
     }
     // A controller the cache audit stopped: report it, and retry it later. A resource
-    // turned away by its namespace's busy turns: its turn may have come.
+    // turned away by its namespace's busy turns or reconcile share: its turn may have
+    // come.
     let woken = futures::stream::select_all([
         keys(audited.subscribe()),
         keys(ctx.turns.woken()),
         keys(ctx.analyses.woken()),
+        keys(ctx.shares.woken()),
     ])
     .filter_map(|key| std::future::ready(object_ref::<K>(key)));
     controller = controller.reconcile_on(woken);
@@ -113,16 +115,15 @@ pub(super) async fn controller<K: Tenant>(
             ctx.clone(),
         )
         .for_each(|result| {
-            let ctx = ctx.clone();
-            async move {
-                if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = result {
-                    let key = (
-                        gone.namespace.clone().unwrap_or_default(),
-                        gone.name.clone(),
-                    );
-                    reconciler::forget(&ctx, &key, gone.extra.uid.as_deref()).await;
-                }
+            // Never awaits: this stream is every namespace's reconciles.
+            if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = result {
+                let key = (
+                    gone.namespace.clone().unwrap_or_default(),
+                    gone.name.clone(),
+                );
+                reconciler::forget(ctx, &key, gone.extra.uid.as_deref());
             }
+            std::future::ready(())
         })
         .await;
 }

@@ -63,6 +63,11 @@ pub struct Context {
     /// One analysis (lint and inference) at a time per namespace: apart from the top
     /// levels, so that a slow top level never holds up a review at admission.
     pub analyses: super::turns::Turns,
+    /// The reconciles of one namespace's resources under way at once
+    /// ([`RECONCILES_PER_NAMESPACE`]): slow steps (a stop's grace, a start waiting on
+    /// the API server) of one tenant's resources hold a few of the operator's
+    /// reconcile slots, never all of them.
+    pub shares: super::turns::Turns,
     /// The hosted scripts' evaluated top levels, shared between equal ones.
     pub modules: Arc<super::modules::Modules>,
     /// The operator's lease, when it elects a leader.
@@ -100,11 +105,20 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The reconcile function the operator's controllers run, for both kinds.
+/// A namespace's share of the reconciles under way at once (of
+/// `--concurrent-reconciles` per kind). ClusterStarlarkControllers share one.
+pub const RECONCILES_PER_NAMESPACE: usize = 16;
+
+/// The reconcile function the operator's controllers run, for both kinds, in a share
+/// of its namespace's: without a free one it is looked at again when one is given back.
 ///
 /// # Errors
 /// API errors; the controller retries them with backoff.
 pub async fn reconcile<K: Tenant>(cr: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    let key = cr.key();
+    let Some(_share) = ctx.shares.take_or_queue(&key.0, &key) else {
+        return Ok(Action::requeue(busy_again()));
+    };
     let api = cr.api_of(&ctx.client);
     finalizer(&api, FINALIZER, cr, |event| async {
         match event {
@@ -196,8 +210,16 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     let (d, runnable) = step!(assess(cr, ctx, script, d).await);
     let d = step!(bound(ctx, &inputs.ceiling, &runnable, d).await);
     let d = step!(authorize(cr, ctx, author, &runnable, d).await);
+    // The namespace's turn to run the top level, before anything is granted: turned
+    // away, nothing was written and nothing changes (what runs goes on running), and
+    // the resource is looked at again when a turn is given back. Never waited for: a
+    // tenant whose top levels never end holds its turns for good, and a reconcile
+    // waiting on them would hold one of the operator's reconcile slots.
+    let Some(turn) = ctx.turns.take_or_queue(&inputs.home, &d.key) else {
+        return Ok(Action::requeue(busy_again()));
+    };
     let (d, sa) = step!(grant(cr, ctx, &inputs, &runnable, d).await);
-    start(cr, ctx, &inputs, *runnable, &sa, d).await
+    start(cr, ctx, &inputs, (*runnable, turn), &sa, d).await
 }
 
 /// With `--shards auto`: goes on only with a resource that is this replica's.
@@ -471,7 +493,12 @@ async fn grant<'a, K: Tenant>(
             rules: runnable.inference.rules.clone(),
         };
         match grant.restore(&ctx.client, &ctx.seen).await {
-            Ok(applied) => d.applied = applied,
+            Ok(applied) => {
+                // Until a decision records these grants, a later one that runs nothing
+                // must still remove them (the start may yet fail or be cut short).
+                ctx.registry.set_grants_remain(&d.key, true);
+                d.applied = applied;
+            }
             Err(e @ grants::Error::Conflict { .. }) => {
                 d.retry_later()
                     .denied(valid(), "IdentityConflict", e.to_string())
@@ -500,7 +527,8 @@ async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
             &note,
         );
     }
-    grants::remove(&ctx.client, &cr.uid().unwrap_or_default()).await?;
+    let within = cr.namespace().unwrap_or_default();
+    grants::remove(&ctx.client, &cr.uid().unwrap_or_default(), &within).await?;
     Ok(Action::await_change())
 }
 
@@ -511,18 +539,31 @@ async fn cleanup<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
 ///
 /// `uid`, when the requeue knew it, is the object that went: an entry that belongs to
 /// a new object of the same name (created in between) is left alone.
-pub async fn forget(ctx: &Context, key: &super::registry::Key, uid: Option<&str>) {
+pub fn forget(ctx: &Arc<Context>, key: &super::registry::Key, uid: Option<&str>) {
     let Some((uid, hosted)) = ctx.registry.forget(key, uid) else {
         return;
     };
     tracing::info!(controller = %format!("{}/{}", key.0, key.1), "the resource is gone from the operator's watch; stopping its controller");
-    if let Some(h) = hosted {
-        stop(h).await;
-    }
-    if let Err(e) = grants::remove(&ctx.client, &uid).await {
-        tracing::warn!(controller = %format!("{}/{}", key.0, key.1), error = %e, "removing the grants of a resource that is gone");
-    }
+    // In the background: the stop takes up to its grace, and the removal lists. Awaited
+    // here, they would hold up the whole controller's stream (every namespace's
+    // reconciles), and a tenant deleting its resources could do that at will. A new
+    // resource of the same name is already a stranger to the registry; the old one's
+    // in-flight handlers may still end beside its start, as an old pod beside a new one.
+    let (ctx, key) = (ctx.clone(), key.clone());
+    tokio::spawn(async move {
+        // A few at a time: a mass deletion must not become a burst of lists.
+        let _turn = FORGETTING.acquire().await;
+        if let Some(h) = hosted {
+            stop(h).await;
+        }
+        if let Err(e) = grants::remove(&ctx.client, &uid, &key.0).await {
+            tracing::warn!(controller = %format!("{}/{}", key.0, key.1), error = %e, "removing the grants of a resource that is gone");
+        }
+    });
 }
+
+/// Resources gone from the watch being stopped and cleaned up at once, at most.
+static FORGETTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
 
 pub(super) fn valid() -> Verdict {
     Verdict::yes("ScriptValid", "Valid", "parsed and linted")

@@ -31,14 +31,15 @@ fn retry_after(failures: u32) -> std::time::Duration {
 use super::resource::Phase;
 use super::status::Verdict;
 use super::tenant::Tenant;
-use super::turns::busy_again;
+use super::turns::Turn;
 
-/// Starts the script's controller as `sa` in place of what ran before, and reports it.
+/// Starts the script's controller as `sa` in place of what ran before, in the
+/// namespace's top-level `turn`, and reports it.
 pub(super) async fn start<K: Tenant>(
     cr: &K,
     ctx: &Context,
     inputs: &Inputs,
-    runnable: Runnable,
+    (runnable, turn): (Runnable, Turn),
     sa: &str,
     d: Decision<'_>,
 ) -> Result<Action> {
@@ -55,13 +56,6 @@ pub(super) async fn start<K: Tenant>(
     }
     let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
 
-    // Taken before the old version stops: without a free turn, what runs goes on
-    // running, and the resource is looked at again when one is given back. Never
-    // waited for: a tenant whose top levels never end holds its turns for good, and a
-    // reconcile waiting on them would hold one of the operator's reconcile slots.
-    let Some(turn) = ctx.turns.take_or_queue(home, &d.key) else {
-        return Ok(Action::requeue(busy_again()));
-    };
     let client = identity::impersonating(&ctx.client, home, sa).map_err(Error::Impersonate)?;
     let author = d
         .authority
