@@ -1,7 +1,6 @@
 //! A `kite operator` process (the release build) for the bench: started, measured,
 //! stopped or killed.
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -84,9 +83,6 @@ impl Operator {
             .env("KUBECONFIG", crate::cluster::kubeconfig())
             // The replica's identity (status.replica), as in a pod.
             .env("POD_NAME", format!("kite-bench-{name}"))
-            // A group of its own, signalled as one: under heaptrack the operator is
-            // heaptrack's child, which a signal to heaptrack alone never reaches.
-            .process_group(0)
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()
@@ -132,10 +128,28 @@ impl Operator {
         (field("VmRSS:") * 1024, field("Threads:"))
     }
 
-    /// Sends `signal` to the operator's process group (itself, or heaptrack and it).
+    /// The operator's pid: the child's, or under heaptrack (a shell script that runs it
+    /// and, beside it, the profile's interpreter) that of the child's child running
+    /// kite, which a signal to heaptrack never reaches.
+    fn operator_pid(&self) -> u32 {
+        let me = self.child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+        children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .find(|p| {
+                std::fs::read_link(format!("/proc/{p}/exe"))
+                    .is_ok_and(|exe| exe.file_name().is_some_and(|n| n == "kite"))
+            })
+            .unwrap_or(me)
+    }
+
+    /// Sends `signal` to the operator (heaptrack, if it wraps it, ends with it and
+    /// writes its profile).
     fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
-            .args([signal, "--", &format!("-{}", self.child.id())])
+            .args([signal, &self.operator_pid().to_string()])
             .status();
     }
 

@@ -165,7 +165,7 @@ pub async fn assessment<K: Tenant>(
     // Held by the analysis thread itself: a timed-out analysis keeps its namespace's
     // turn until it really ends.
     let turn = match how {
-        Turn::Wait => ctx.analyses.turn(&home).await,
+        Turn::Wait => ctx.admission_analyses.turn(&home).await,
         Turn::Take(key) => match ctx.analyses.take_or_queue(&home, key) {
             Some(turn) => turn,
             None => return Assessment::Busy,

@@ -60,11 +60,15 @@ pub struct Context {
     /// A few top-level runs at a time per namespace (one slow top level does not hold
     /// up the namespace's other controllers; many cannot take every core).
     pub turns: Arc<super::turns::Turns>,
-    /// One analysis (lint and inference) at a time per namespace: apart from the top
-    /// levels, so that a slow top level never holds up a review at admission.
+    /// One analysis (lint and inference) at a time per namespace for reconciles: apart
+    /// from the top levels, so that a slow top level never holds up an analysis.
     pub analyses: super::turns::Turns,
+    /// One analysis at a time per namespace for the admission webhook, apart from the
+    /// reconciles': a reconcile only takes a free turn, never waits, and reviews
+    /// waiting in line would otherwise always be served first.
+    pub admission_analyses: super::turns::Turns,
     /// The reconciles of one namespace's resources under way at once
-    /// ([`RECONCILES_PER_NAMESPACE`]): slow steps (a stop's grace, a start waiting on
+    /// ([`share`]): slow steps (a stop's grace, a start waiting on
     /// the API server) of one tenant's resources hold a few of the operator's
     /// reconcile slots, never all of them.
     pub shares: super::turns::Turns,
@@ -105,8 +109,14 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A namespace's share of the reconciles under way at once (of
-/// `--concurrent-reconciles` per kind). ClusterStarlarkControllers share one.
+/// A namespace's share of the reconciles under way at once: an eighth of
+/// `concurrent` (`--concurrent-reconciles`, per kind), at most
+/// [`RECONCILES_PER_NAMESPACE`], at least one. ClusterStarlarkControllers share one.
+pub fn share(concurrent: u16) -> usize {
+    (usize::from(concurrent) / 8).clamp(1, RECONCILES_PER_NAMESPACE)
+}
+
+/// The most reconciles of one namespace's resources under way at once.
 pub const RECONCILES_PER_NAMESPACE: usize = 16;
 
 /// The reconcile function the operator's controllers run, for both kinds, in a share
@@ -203,10 +213,16 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         step!(recheck(cr, ctx, &inputs, subject).await);
     }
     let d = inputs.decision(cr, ctx);
+    let d = step!(within_ceiling(ctx, &inputs.ceiling, d).await);
     // Only what the operator's webhook approved runs, and only as far as its author
     // could go themselves. Checked before the script is looked at, so that nothing of
     // an unapproved script (a ConfigMap its author may not read) reaches the status.
     let (d, author) = step!(approve(cr, ctx, &inputs, subject, d).await);
+    // A start needs a top-level turn (taken below): while none is free, not even the
+    // analysis is done again. What must stop has stopped above; a suspension needs none.
+    if !inputs.spec.suspend && ctx.turns.queue_if_busy(&inputs.home, &d.key) {
+        return Ok(Action::requeue(busy_again()));
+    }
     let (d, runnable) = step!(assess(cr, ctx, script, d).await);
     let d = step!(bound(ctx, &inputs.ceiling, &runnable, d).await);
     let d = step!(authorize(cr, ctx, author, &runnable, d).await);
@@ -324,7 +340,52 @@ async fn recheck<K: Tenant>(
             return Err(Error::CheckAuthor(e));
         }
     }
-    proceed(())
+    stop_now(cr, ctx, inputs).await
+}
+
+/// Something a running controller relied on no longer holds: it stops now, before the
+/// new decision, which a busy namespace may turn away for a while (its turns held) and
+/// which must not leave it running meanwhile. That decision comes at once and says
+/// precisely why it cannot run, or starts it again.
+async fn stop_now<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Step {
+    let message = "what it was started on no longer holds (its author, approval or read access); deciding again".to_owned();
+    inputs
+        .decision(cr, ctx)
+        .retry_later()
+        .denied(valid(), "Rechecking", message)
+        .await;
+    done(Action::requeue(Duration::from_secs(1)))
+}
+
+/// What runs must stay within the ceiling as it is now, whether or not the decision
+/// after gets its namespace's turns: checked against the rules it was started with,
+/// without analysing the script again.
+async fn within_ceiling<'a>(
+    ctx: &Context,
+    ceiling: &Result<Ceiling, String>,
+    d: Decision<'a>,
+) -> Step<Decision<'a>> {
+    let Some(running) = ctx.registry.running_authority(&d.key) else {
+        return proceed(d);
+    };
+    let outside = match ceiling {
+        Ok(c) => c.first_outside(&running.resolved).map(|rule| {
+            format!(
+                "the ceiling ClusterRole {:?} no longer allows {rule}, which the running controller was granted",
+                ctx.ceiling
+            )
+        }),
+        Err(missing) => Some(missing.clone()),
+    };
+    match outside {
+        Some(message) => {
+            d.retry_later()
+                .denied(valid(), "BeyondCeiling", message)
+                .await;
+            done(Action::requeue(RETRY))
+        }
+        None => proceed(d),
+    }
 }
 
 /// The author the operator's webhook approved the resource for, if the approval holds
@@ -466,6 +527,7 @@ async fn authorize<'a, K: Tenant>(
     d.authority = Some(Arc::new(Authority {
         author,
         permissions,
+        resolved: runnable.resolved.clone(),
     }));
     proceed(d)
 }
@@ -480,6 +542,13 @@ async fn grant<'a, K: Tenant>(
     mut d: Decision<'a>,
 ) -> Step<(Decision<'a>, String)> {
     let sa = if let Some(existing) = &inputs.spec.service_account_name {
+        // Generated grants of an earlier version go: nothing uses them now, and nothing
+        // would check them again.
+        if d.first || ctx.registry.may_hold_grants(&d.key) {
+            let within = cr.namespace().unwrap_or_default();
+            grants::remove(&ctx.client, &d.uid, &within).await?;
+            ctx.registry.set_grants_remain(&d.key, false);
+        }
         existing.clone()
     } else {
         let name = &inputs.name;
@@ -492,13 +561,11 @@ async fn grant<'a, K: Tenant>(
             home: inputs.home.clone(),
             rules: runnable.inference.rules.clone(),
         };
+        // Until a decision records these grants, a later one that runs nothing must
+        // still remove them (the apply or the start may fail or be cut short).
+        ctx.registry.set_grants_remain(&d.key, true);
         match grant.restore(&ctx.client, &ctx.seen).await {
-            Ok(applied) => {
-                // Until a decision records these grants, a later one that runs nothing
-                // must still remove them (the start may yet fail or be cut short).
-                ctx.registry.set_grants_remain(&d.key, true);
-                d.applied = applied;
-            }
+            Ok(applied) => d.applied = applied,
             Err(e @ grants::Error::Conflict { .. }) => {
                 d.retry_later()
                     .denied(valid(), "IdentityConflict", e.to_string())
@@ -551,18 +618,18 @@ pub fn forget(ctx: &Arc<Context>, key: &super::registry::Key, uid: Option<&str>)
     // in-flight handlers may still end beside its start, as an old pod beside a new one.
     let (ctx, key) = (ctx.clone(), key.clone());
     tokio::spawn(async move {
-        // A few at a time: a mass deletion must not become a burst of lists.
-        let _turn = FORGETTING.acquire().await;
         if let Some(h) = hosted {
             stop(h).await;
         }
+        // A few at a time: a mass deletion must not become a burst of lists.
+        let _turn = FORGETTING.acquire().await;
         if let Err(e) = grants::remove(&ctx.client, &uid, &key.0).await {
             tracing::warn!(controller = %format!("{}/{}", key.0, key.1), error = %e, "removing the grants of a resource that is gone");
         }
     });
 }
 
-/// Resources gone from the watch being stopped and cleaned up at once, at most.
+/// Grant removals of resources gone from the watch under way at once, at most.
 static FORGETTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
 
 pub(super) fn valid() -> Verdict {
@@ -572,6 +639,14 @@ pub(super) fn valid() -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_gets_an_eighth_of_the_reconciles_within_bounds() {
+        assert_eq!(share(128), 16);
+        assert_eq!(share(1024), RECONCILES_PER_NAMESPACE);
+        assert_eq!(share(32), 4);
+        assert_eq!(share(2), 1, "never none");
+    }
 
     #[test]
     fn service_account_names_fit_a_label() {

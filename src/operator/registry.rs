@@ -69,6 +69,9 @@ pub struct Era {
 pub struct Authority {
     pub author: Author,
     pub permissions: Vec<Permission>,
+    /// The rules the controller was started with (within its namespace), checked
+    /// against the ceiling as it is now without analysing the script again.
+    pub resolved: crate::rbac::Rules,
 }
 
 /// The entries, behind a lock that is never held across an await.
@@ -200,6 +203,13 @@ impl Registry {
             e.authority = authority;
             e.authority_checked = Some(Instant::now());
         }
+    }
+
+    /// The authority of what runs for `key`, if a controller runs.
+    pub fn running_authority(&self, key: &Key) -> Option<Arc<Authority>> {
+        let entries = self.lock();
+        let e = entries.get(key)?;
+        e.hosted.as_ref().and(e.authority.clone())
     }
 
     /// The authority of `key` if it was last checked more than `period` ago; it counts

@@ -139,10 +139,7 @@ impl Turns {
             let mut ns = self.shared.lock();
             let semaphore = ns.semaphore(namespace, self.shared.each);
             let Ok(permit) = semaphore.try_acquire_owned() else {
-                let queue = ns.queued.entry(namespace.to_owned()).or_default();
-                if queue.len() < MAX_QUEUED && !queue.contains(key) {
-                    queue.push_back(key.clone());
-                }
+                ns.queue(namespace, key);
                 return None;
             };
             // Had without a wake (its own requeue came first): a later wake must go to
@@ -153,6 +150,18 @@ impl Turns {
             permit
         };
         Some(self.turn_of(namespace, permit))
+    }
+
+    /// True, with `key` queued as by [`Turns::take_or_queue`], if no turn of
+    /// `namespace` is free now; nothing is taken either way.
+    pub fn queue_if_busy(&self, namespace: &str, key: &Key) -> bool {
+        let mut ns = self.shared.lock();
+        let semaphore = ns.semaphore(namespace, self.shared.each);
+        if semaphore.available_permits() > 0 {
+            return false;
+        }
+        ns.queue(namespace, key);
+        true
     }
 
     /// The keys woken by a turn given back, as they come.
@@ -178,6 +187,14 @@ impl Shared {
 }
 
 impl Namespaces {
+    /// Queues `key` to be woken by `namespace`'s next turn given back, once.
+    fn queue(&mut self, namespace: &str, key: &Key) {
+        let queue = self.queued.entry(namespace.to_owned()).or_default();
+        if queue.len() < MAX_QUEUED && !queue.contains(key) {
+            queue.push_back(key.clone());
+        }
+    }
+
     fn semaphore(&mut self, namespace: &str, each: usize) -> Arc<Semaphore> {
         // Namespaces nobody holds a turn in are forgotten, so the map stays as small as
         // the set of namespaces with work.
@@ -260,6 +277,20 @@ mod tests {
         drop(b);
         assert_eq!(woken.try_recv().ok(), Some(key("c")));
         assert!(woken.try_recv().is_err(), "b was not queued twice");
+    }
+
+    #[test]
+    fn a_look_at_a_busy_namespace_queues_without_taking() {
+        let turns = Turns::new(1);
+        let mut woken = turns.woken();
+        assert!(
+            !turns.queue_if_busy("busy", &key("a")),
+            "free: nothing queued"
+        );
+        let held = turns.try_turn("busy").expect("still free");
+        assert!(turns.queue_if_busy("busy", &key("a")));
+        drop(held);
+        assert_eq!(woken.try_recv().ok(), Some(key("a")));
     }
 
     #[test]
