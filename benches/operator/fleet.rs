@@ -493,6 +493,14 @@ impl Fleet {
                 .stderr(std::process::Stdio::null())
                 .status();
         };
+        // The webhook first: with no operator to answer it, it would refuse the patches
+        // that take the finalizers off.
+        kubectl(&[
+            "delete",
+            "mutatingwebhookconfiguration",
+            &self.webhook(),
+            "--ignore-not-found",
+        ]);
         let selector = self.selector();
         for kind in ["slc", "cslc"] {
             kubectl(&["delete", kind, "-A", "-l", &selector, "--wait=false"]);
@@ -545,12 +553,6 @@ impl Fleet {
             "delete",
             "clusterrole",
             &self.ceiling(),
-            "--ignore-not-found",
-        ]);
-        kubectl(&[
-            "delete",
-            "mutatingwebhookconfiguration",
-            &self.webhook(),
             "--ignore-not-found",
         ]);
         kubectl(&[

@@ -260,15 +260,13 @@ struct Background {
     flusher: JoinHandle<()>,
     /// Audits what the hosted controllers' caches hold.
     auditor: JoinHandle<()>,
-    /// Gives memory freed after a burst back ([`super::trim`]).
-    trimmer: JoinHandle<()>,
     /// Controllers stopped for what their caches hold, to be decided again.
     audited: broadcast::Sender<Key>,
 }
 
 impl Background {
     /// Serves the logs API (when asked) and starts keeping the webhook registered,
-    /// writing statuses, auditing caches and trimming freed memory.
+    /// writing statuses and auditing caches.
     async fn start(parts: &mut Parts, registration: Registration) -> Result<Self> {
         let (client, opts) = (&parts.client, &parts.opts);
         let logs = match parts.logs_listener.take() {
@@ -322,14 +320,12 @@ impl Background {
             audited.clone(),
             stopped(&parts.stop),
         ));
-        let trimmer = tokio::spawn(super::trim::trim(stopped(&parts.stop)));
         Ok(Background {
             logs,
             local,
             keeper,
             flusher,
             auditor,
-            trimmer,
             audited,
         })
     }
@@ -448,7 +444,6 @@ async fn shut_down(
     parts.ctx.events.flush(Duration::from_secs(5)).await;
     background.flusher.abort();
     background.auditor.abort();
-    background.trimmer.abort();
     let _ = release.0.send(true);
     if let Some(elector) = elector {
         let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;

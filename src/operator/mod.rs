@@ -11,8 +11,8 @@
 //! (and its [`events`]).
 //! [`registry`] holds the running controllers, [`status`] what is reported, [`quota`]
 //! what each namespace's controllers keep in memory, [`turns`] how many scripts each
-//! namespace analyses and evaluates at once (taken or queued, never waited for in a
-//! reconcile), and [`trim`] gives memory freed after a burst back. Hosted
+//! namespace analyses, evaluates and reconciles at once (taken or queued, never waited
+//! for in a reconcile). Hosted
 //! controllers share informers run as the operator, entered through the [`gate`] (their
 //! own account must be allowed to read what they watch); with `--shards auto` the
 //! replicas split the controllers between them ([`shard`]).
@@ -61,7 +61,6 @@ pub mod startup;
 pub mod status;
 pub mod tenant;
 pub mod trigger;
-pub mod trim;
 pub mod turns;
 pub mod webhook;
 

@@ -454,19 +454,6 @@ pub fn release() {
     }
 }
 
-/// Bytes freed but kept in glibc's arenas, not yet given back to the operating system
-/// (0 where that cannot be asked). Locks each arena for a moment: call it off the
-/// async runtime's workers.
-pub fn kept_free() -> usize {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallinfo2 only reads glibc's own arena statistics.
-    unsafe {
-        libc::mallinfo2().fordblks
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    0
-}
-
 /// A script went over its memory budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the script exceeded its memory limit of {} MiB", .limit / (1024 * 1024))]

@@ -220,6 +220,24 @@ async fn an_author_follows_their_controller_and_is_refused_for_others() {
     ])
     .await;
     let reader = format!("reader-{ns}");
+    // The API server's authorizer learns of a new binding through its own watch.
+    wait_until("the binding in force", T, || async {
+        kubectl(&[
+            "auth",
+            "can-i",
+            "get",
+            "starlarkcontrollers.starkite.io",
+            "--subresource=log",
+            "-n",
+            ns,
+            "--as",
+            &reader,
+        ])
+        .await
+        .status
+        .success()
+    })
+    .await;
     let out = kite_output(
         &[
             "logs",

@@ -623,19 +623,27 @@ async fn a_controller_refused_again_and_again_does_not_search_the_cluster_each_t
     }
     let s = status(ns, "pinned").await;
     assert_eq!(condition(&s, "RBACReady")["reason"], "NotApproved", "{s}");
-    // The searches for what was generated for it (by its uid, every kind it may be
-    // given, ClusterRoleBindings among them): one when it was granted, one when it
-    // stopped; none for the refusals after.
-    let searches = audit_events(&uid)
-        .iter()
-        .filter(|e| {
-            e["verb"] == "list"
-                && e["objectRef"]["resource"] == "clusterrolebindings"
-                && e["stage"] == "ResponseComplete"
-        })
-        .count();
+    // The searches for what was generated for it (by its uid, within its namespace:
+    // a StarlarkController is never granted anything outside it): one when it was
+    // granted, one when it stopped; none for the refusals after, and none cluster-wide.
+    let searches = |resource: &str| {
+        audit_events(&uid)
+            .iter()
+            .filter(|e| {
+                e["verb"] == "list"
+                    && e["objectRef"]["resource"] == resource
+                    && e["stage"] == "ResponseComplete"
+            })
+            .count()
+    };
+    let within = searches("rolebindings");
     assert!(
-        (1..=2).contains(&searches),
-        "{searches} cluster-wide searches for the objects of {uid}"
+        (1..=2).contains(&within),
+        "{within} searches in {ns} for the objects of {uid}"
+    );
+    assert_eq!(
+        searches("clusterrolebindings"),
+        0,
+        "a StarlarkController's objects are searched for only in its namespace"
     );
 }
