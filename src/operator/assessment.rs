@@ -121,6 +121,12 @@ pub async fn assessment<K: Tenant>(
     if spec.suspend {
         return Assessment::Suspended;
     }
+    if let Some(message) = spec.service_account_name.as_deref().and_then(bad_account) {
+        return Assessment::Invalid {
+            reason: "ServiceAccountInvalid",
+            message,
+        };
+    }
     let script = match script {
         Ok(s) => s,
         Err(message) => {
@@ -309,4 +315,48 @@ async fn analyse(
         return run(ctx.discovery.all().await.unwrap_or_default(), false).await;
     }
     Ok(first)
+}
+
+/// Why `name` cannot be a ServiceAccount's (a DNS-1123 subdomain), if it cannot: the
+/// operator sends it in a header to impersonate it, and such a name never fails there.
+fn bad_account(name: &str) -> Option<String> {
+    let parts_ok = name.split('.').all(|part| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+    });
+    (name.is_empty() || name.len() > 253 || !parts_ok).then(|| {
+        let shown: String = name.chars().take(80).collect();
+        format!(
+            "spec.serviceAccountName: {shown:?} is not a ServiceAccount name (lower-case letters, digits, '-' and '.', at most 253 characters, a letter or digit at each end)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bad_account;
+
+    #[test]
+    fn service_account_names_are_checked_before_they_reach_a_header() {
+        for good in ["default", "sa-x", "a.b-c", "x9"] {
+            assert_eq!(bad_account(good), None, "{good}");
+        }
+        for bad in [
+            "",
+            "x\u{7f}",
+            "Upper",
+            "-a",
+            "a-",
+            "a..b",
+            "a b",
+            &"a".repeat(254),
+        ] {
+            let m = bad_account(bad).unwrap_or_default();
+            assert!(m.contains("spec.serviceAccountName"), "{bad:?}: {m}");
+        }
+    }
 }

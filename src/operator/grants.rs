@@ -322,6 +322,21 @@ pub async fn remove(client: &kube::Client, uid: &str, within: &str) -> Result<()
     prune(client, None, (uid, within), &[], Freshness::Current).await
 }
 
+/// [`remove`], from what the operator's watches saw (or the API server's cache): for
+/// a removal that may find nothing, repeated as often as decisions are made.
+///
+/// # Errors
+/// An API error.
+pub async fn remove_seen(
+    client: &kube::Client,
+    seen: &Seen,
+    uid: &str,
+    within: &str,
+) -> Result<()> {
+    let within = Some(within).filter(|ns| !ns.is_empty());
+    prune(client, Some(seen), (uid, within), &[], Freshness::Cached).await
+}
+
 /// Deletes `uid`'s generated objects but `keep`: those `within` its namespace for a
 /// StarlarkController (it is never granted anything outside it), or anywhere. Where
 /// they are found: the operator's watches (`seen`) unless they may lag what matters

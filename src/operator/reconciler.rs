@@ -209,7 +209,9 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     // again, which reports the conflict and stops the controller.
     let conflict = restore(cr, ctx, &inputs).await?;
     let subject = inputs.subject(&script);
-    if inputs.unchanged() && !conflict {
+    // Whatever changed: a running version whose new decision does not come (a busy
+    // namespace, an error) is still checked once per period.
+    if !conflict {
         step!(recheck(cr, ctx, &inputs, subject).await);
     }
     let d = inputs.decision(cr, ctx);
@@ -282,8 +284,9 @@ async fn restore<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Result<bo
     Ok(false)
 }
 
-/// A resource that has not changed: what it runs on is checked again once per
-/// `ctx.recheck`; the reconcile ends here unless something no longer holds.
+/// What a running controller runs on is checked again once per `ctx.recheck`; for a
+/// resource that has not changed, the reconcile ends here unless something no longer
+/// holds, which stops it ([`stop_now`]). A changed one goes on to its new decision.
 async fn recheck<K: Tenant>(
     cr: &K,
     ctx: &Context,
@@ -291,10 +294,17 @@ async fn recheck<K: Tenant>(
     subject: approval::Subject<'_>,
 ) -> Step {
     let key = &inputs.key;
+    let holds = |after: Duration| {
+        if inputs.unchanged() {
+            done(Action::requeue(after))
+        } else {
+            proceed(())
+        }
+    };
     // The author may have lost a permission, or been deleted; the approval may have
     // grown too old. Any of these: decide again, which reports it.
     let Some(authority) = ctx.registry.authority_due(key, ctx.recheck) else {
-        return done(Action::requeue(ctx.recheck));
+        return holds(ctx.registry.until_due(key, ctx.recheck));
     };
     let gone = match authority::author_gone(&ctx.client, &authority.author).await {
         Ok(gone) => gone.is_some(),
@@ -317,10 +327,10 @@ async fn recheck<K: Tenant>(
             // The controller's own account must still be allowed to read what it
             // watches through the operator's shared informers.
             let Some(access) = ctx.registry.access(key) else {
-                return done(Action::requeue(ctx.recheck));
+                return holds(ctx.recheck);
             };
             match access.reauthorize().await {
-                Ok(()) => return done(Action::requeue(ctx.recheck)),
+                Ok(()) => return holds(ctx.recheck),
                 Err(e @ crate::control::informers::Error::Review(_)) => {
                     tracing::warn!(kind = K::KIND, controller = %cr.display(), error = %e, "asking again whether it may read what it watches");
                     ctx.registry.author_unchecked(key);
@@ -546,7 +556,7 @@ async fn grant<'a, K: Tenant>(
         // would check them again.
         if d.first || ctx.registry.may_hold_grants(&d.key) {
             let within = cr.namespace().unwrap_or_default();
-            grants::remove(&ctx.client, &d.uid, &within).await?;
+            grants::remove_seen(&ctx.client, &ctx.seen, &d.uid, &within).await?;
             ctx.registry.set_grants_remain(&d.key, false);
         }
         existing.clone()
@@ -619,6 +629,7 @@ pub fn forget(ctx: &Arc<Context>, key: &super::registry::Key, uid: Option<&str>)
     let (ctx, key) = (ctx.clone(), key.clone());
     tokio::spawn(async move {
         if let Some(h) = hosted {
+            let _stopping = STOPPING.acquire().await;
             stop(h).await;
         }
         // A few at a time: a mass deletion must not become a burst of lists.
@@ -628,6 +639,10 @@ pub fn forget(ctx: &Arc<Context>, key: &super::registry::Key, uid: Option<&str>)
         }
     });
 }
+
+/// Stops of resources gone from the watch under way at once, at most (each waits out
+/// its handlers' grace, then gives freed memory back).
+static STOPPING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(64);
 
 /// Grant removals of resources gone from the watch under way at once, at most.
 static FORGETTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);

@@ -212,6 +212,16 @@ impl Registry {
         e.hosted.as_ref().and(e.authority.clone())
     }
 
+    /// How long until `key`'s authority is due a check every `period` (at least a
+    /// second).
+    pub fn until_due(&self, key: &Key, period: Duration) -> Duration {
+        let entries = self.lock();
+        let checked = entries.get(key).and_then(|e| e.authority_checked);
+        checked
+            .map_or(period, |t| period.saturating_sub(t.elapsed()))
+            .max(Duration::from_secs(1))
+    }
+
     /// The authority of `key` if it was last checked more than `period` ago; it counts
     /// as checked from now (so that concurrent reconciles do not check it twice).
     pub fn authority_due(&self, key: &Key, period: Duration) -> Option<Arc<Authority>> {
