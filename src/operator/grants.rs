@@ -334,7 +334,15 @@ pub async fn remove_seen(
     within: &str,
 ) -> Result<()> {
     let within = Some(within).filter(|ns| !ns.is_empty());
-    prune(client, Some(seen), (uid, within), &[], Freshness::Cached).await
+    // Written a moment ago, the caches may not show it yet: then from etcd.
+    prune(
+        client,
+        Some(seen),
+        (uid, within),
+        &[],
+        recent::freshness(uid),
+    )
+    .await
 }
 
 /// Deletes `uid`'s generated objects but `keep`: those `within` its namespace for a

@@ -207,13 +207,14 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
     let (inputs, script) = Inputs::read(cr, ctx).await?;
     // An object of the identity's name that now belongs to another resource: decide
     // again, which reports the conflict and stops the controller.
-    let conflict = restore(cr, ctx, &inputs).await?;
+    let restored = restore(cr, ctx, &inputs).await;
     let subject = inputs.subject(&script);
-    // Whatever changed: a running version whose new decision does not come (a busy
-    // namespace, an error) is still checked once per period.
-    if !conflict {
-        step!(recheck(cr, ctx, &inputs, subject).await);
-    }
+    // Whatever changed, whatever the restore found: a running version whose new
+    // decision does not come (a busy namespace, a conflict, an error) is still checked
+    // once per period. Only an unchanged resource whose grants stand may end there.
+    let settled = inputs.unchanged() && matches!(restored, Ok(false));
+    step!(recheck(cr, ctx, &inputs, subject, settled).await);
+    restored?;
     let d = inputs.decision(cr, ctx);
     let d = step!(within_ceiling(ctx, &inputs.ceiling, d).await);
     // Only what the operator's webhook approved runs, and only as far as its author
@@ -285,17 +286,19 @@ async fn restore<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Result<bo
 }
 
 /// What a running controller runs on is checked again once per `ctx.recheck`; for a
-/// resource that has not changed, the reconcile ends here unless something no longer
-/// holds, which stops it ([`stop_now`]). A changed one goes on to its new decision.
+/// `settled` resource (unchanged, its grants standing), the reconcile ends here unless
+/// something no longer holds, which stops it ([`stop_now`]). Any other goes on to its
+/// new decision.
 async fn recheck<K: Tenant>(
     cr: &K,
     ctx: &Context,
     inputs: &Inputs,
     subject: approval::Subject<'_>,
+    settled: bool,
 ) -> Step {
     let key = &inputs.key;
     let holds = |after: Duration| {
-        if inputs.unchanged() {
+        if settled {
             done(Action::requeue(after))
         } else {
             proceed(())
@@ -634,6 +637,11 @@ pub fn forget(ctx: &Arc<Context>, key: &super::registry::Key, uid: Option<&str>)
         }
         // A few at a time: a mass deletion must not become a burst of lists.
         let _turn = FORGETTING.acquire().await;
+        // Back in the watch meanwhile (relabelled into the selector again): what it was
+        // granted is its new decision's.
+        if ctx.registry.knows_uid(&uid) {
+            return;
+        }
         if let Err(e) = grants::remove(&ctx.client, &uid, &key.0).await {
             tracing::warn!(controller = %format!("{}/{}", key.0, key.1), error = %e, "removing the grants of a resource that is gone");
         }

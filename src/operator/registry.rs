@@ -242,6 +242,16 @@ impl Registry {
         }
     }
 
+    /// Whether an entry belongs to the object with `uid`.
+    pub fn knows_uid(&self, uid: &str) -> bool {
+        let entries = self.lock();
+        entries
+            .by_uid
+            .get(uid)
+            .and_then(|key| entries.by_key.get(key))
+            .is_some_and(|e| e.uid == uid)
+    }
+
     /// The key whose generated objects carry the owner label `uid`; marks its grants
     /// for re-applying.
     pub fn grants_changed(&self, uid: &str) -> Option<Key> {
@@ -575,6 +585,7 @@ mod tests {
         registry.decide(key.clone(), "two", 1, Outcome::default(), None, None);
         assert_eq!(registry.grants_changed("one"), None);
         assert_eq!(registry.grants_changed("two"), Some(key.clone()));
+        assert!(!registry.knows_uid("one") && registry.knows_uid("two"));
         // Another object must not be found through a key it never had.
         let other: Key = ("t".into(), "d".into());
         registry.decide(other.clone(), "three", 1, Outcome::default(), None, None);
@@ -583,6 +594,7 @@ mod tests {
         registry.forget(&key, Some("two"));
         registry.remove(&other);
         assert_eq!(registry.grants_changed("two"), None);
+        assert!(!registry.knows_uid("two"));
         assert!(registry.lock().by_uid.is_empty());
         registry.decide(key.clone(), "four", 1, Outcome::default(), None, None);
         drop(registry.drain());
