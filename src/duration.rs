@@ -65,6 +65,17 @@ pub fn parse(input: &str) -> Result<Duration, Error> {
     Duration::try_from_secs_f64(total).map_err(|_| err("out of range"))
 }
 
+/// `period` plus a random part of up to `factor` times it, like client-go's
+/// `wait.Jitter`: spreads retries that would otherwise all come back at once.
+pub fn jittered(period: Duration, factor: f64) -> Duration {
+    use std::hash::BuildHasher;
+    // RandomState is seeded from the OS: good enough randomness without a dependency.
+    let bits =
+        std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
+    let fraction = (bits >> 11) as f64 / (1u64 << 53) as f64;
+    period + period.mul_f64(factor * fraction)
+}
+
 /// Formats a duration the way `parse` reads it back, e.g. `1m30s`.
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();

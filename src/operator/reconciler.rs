@@ -227,7 +227,7 @@ async fn apply<K: Tenant>(cr: &K, ctx: &Context) -> Result<Action> {
         return Ok(Action::requeue(busy_again()));
     }
     let (d, runnable) = step!(assess(cr, ctx, script, d).await);
-    let d = step!(bound(ctx, &inputs.ceiling, &runnable, d).await);
+    let d = step!(bound(ctx, &inputs.ceiling, &runnable.resolved, d).await);
     let d = step!(authorize(cr, ctx, author, &runnable, d).await);
     // The namespace's turn to run the top level, before anything is granted: turned
     // away, nothing was written and nothing changes (what runs goes on running), and
@@ -371,32 +371,15 @@ async fn stop_now<K: Tenant>(cr: &K, ctx: &Context, inputs: &Inputs) -> Step {
 }
 
 /// What runs must stay within the ceiling as it is now, whether or not the decision
-/// after gets its namespace's turns: checked against the rules it was started with,
+/// after gets its namespace's turns: [`bound`] with the rules it was started with,
 /// without analysing the script again.
 async fn within_ceiling<'a>(
     ctx: &Context,
     ceiling: &Result<Ceiling, String>,
     d: Decision<'a>,
 ) -> Step<Decision<'a>> {
-    let Some(running) = ctx.registry.running_authority(&d.key) else {
-        return proceed(d);
-    };
-    let outside = match ceiling {
-        Ok(c) => c.first_outside(&running.resolved).map(|rule| {
-            format!(
-                "the ceiling ClusterRole {:?} no longer allows {rule}, which the running controller was granted",
-                ctx.ceiling
-            )
-        }),
-        Err(missing) => Some(missing.clone()),
-    };
-    match outside {
-        Some(message) => {
-            d.retry_later()
-                .denied(valid(), "BeyondCeiling", message)
-                .await;
-            done(Action::requeue(RETRY))
-        }
+    match ctx.registry.running_authority(&d.key) {
+        Some(running) => bound(ctx, ceiling, &running.resolved, d).await,
         None => proceed(d),
     }
 }
@@ -485,17 +468,17 @@ async fn assess<'a, K: Tenant>(
     }
 }
 
-/// Goes on only if the ceiling ClusterRole allows what the script needs.
+/// Goes on only if the ceiling ClusterRole allows `rules`, what the script needs.
 async fn bound<'a>(
     ctx: &Context,
     ceiling: &Result<Ceiling, String>,
-    runnable: &Runnable,
+    rules: &crate::rbac::Rules,
     d: Decision<'a>,
 ) -> Step<Decision<'a>> {
     // The ceiling bounds what the script needs even when it runs as an existing
     // ServiceAccount (whose own permissions the administrator then answers for).
     let denied = match ceiling {
-        Ok(c) => c.first_outside(&runnable.resolved).map(|rule| {
+        Ok(c) => c.first_outside(rules).map(|rule| {
             format!(
                 "the ceiling ClusterRole {:?} does not allow {rule}",
                 ctx.ceiling

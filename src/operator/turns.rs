@@ -33,12 +33,7 @@ pub const BUSY_AGAIN: Duration = Duration::from_secs(10);
 /// [`BUSY_AGAIN`] plus up to as much again, so that the resources a busy namespace
 /// turned away do not all come back at once.
 pub fn busy_again() -> Duration {
-    use std::hash::BuildHasher;
-    // RandomState is seeded from the OS: enough randomness for a spread.
-    let bits =
-        std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
-    let fraction = (bits >> 11) as f64 / (1u64 << 53) as f64;
-    BUSY_AGAIN + BUSY_AGAIN.mul_f64(fraction)
+    crate::duration::jittered(BUSY_AGAIN, 1.0)
 }
 
 /// The turns, by namespace.
@@ -76,15 +71,11 @@ impl Drop for Turn {
         drop(self.permit.take());
         let next = {
             let mut ns = self.shared.lock();
-            let next = ns
-                .queued
-                .get_mut(&self.namespace)
-                .and_then(VecDeque::pop_front);
-            if ns
-                .queued
-                .get(&self.namespace)
-                .is_some_and(VecDeque::is_empty)
-            {
+            let (next, empty) = match ns.queued.get_mut(&self.namespace) {
+                Some(queue) => (queue.pop_front(), queue.is_empty()),
+                None => (None, false),
+            };
+            if empty {
                 ns.queued.remove(&self.namespace);
             }
             next

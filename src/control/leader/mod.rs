@@ -1,7 +1,6 @@
 //! Lease-based leader election with client-go's semantics, one independent elector per controller.
 
 use std::future::Future;
-use std::hash::BuildHasher;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -320,11 +319,7 @@ fn publish(leading: &watch::Sender<bool>, value: bool) {
 
 /// `period` plus up to [`JITTER_FACTOR`] times it, like client-go's `wait.Jitter`.
 fn jittered(period: Duration) -> Duration {
-    // RandomState is seeded from the OS: good enough randomness without a dependency.
-    let bits =
-        std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
-    let fraction = (bits >> 11) as f64 / (1u64 << 53) as f64;
-    period + period.mul_f64(JITTER_FACTOR * fraction)
+    crate::duration::jittered(period, JITTER_FACTOR)
 }
 
 #[cfg(test)]
