@@ -7,8 +7,9 @@
 //!   extensions the layers above keep in it, builtins, vars, permissions,
 //!   loads, AttrDict, JSON conversion, diagnostics, time and memory budgets, printing,
 //!   `kite run` and `kite check`.
-//! - `k8s`: the `k8s` Starlark module: sessions, kind resolution (discovery), the
-//!   cluster operations, events, waits, watches, and the `k8s.obj` builders.
+//! - `k8s`: the `k8s` Starlark module: sessions, the HTTP/2 transport to the API
+//!   server, kind resolution (discovery), the cluster operations, events, waits,
+//!   watches, and the `k8s.obj` builders.
 //! - `library`: the one place that composes the host's globals with `k8s` and
 //!   `k8s.control`, once per edition: `kite run`'s (everything) and, in
 //!   `library::hosted`, the operator's allowlist of capabilities for untrusted scripts

@@ -290,7 +290,8 @@ fn init_logging_with(format: LogFormat, verbose: u8, quiet: &str) {
     use std::io::IsTerminal;
     let default = match verbose {
         0 => quiet,
-        1 => "debug",
+        // -v is about kite: the HTTP/2 and TLS libraries' frame-by-frame lines only at -vv.
+        1 => "debug,h2=info,rustls=info,hyper_util=info",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KITE_LOG")

@@ -26,6 +26,7 @@ pub mod session;
 pub mod support;
 pub mod template;
 pub mod top;
+pub mod transport;
 pub mod try_call;
 pub mod wait;
 pub mod watch;

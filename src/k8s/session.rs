@@ -32,6 +32,8 @@ pub enum Error {
     LoadConfig(String),
     #[error("building the Kubernetes client: {0}")]
     BuildClient(#[source] kube::Error),
+    #[error("building the Kubernetes client: {0}")]
+    BuildTransport(#[source] tower::BoxError),
     #[error(
         "k8s.config(kubeconfig=..., context=...) is not available here: this controller runs as its own ServiceAccount (only namespace= may change)"
     )]
@@ -147,7 +149,7 @@ impl Session {
         let mut quiet = config.clone();
         quiet.read_timeout = None;
         let streaming = kube::Client::try_from(quiet).map_err(Error::BuildClient)?;
-        let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
+        let client = super::transport::client(&config).map_err(Error::BuildTransport)?;
         // Once per process, in the background: a cluster outside the supported range is
         // said at the start, not guessed from a later 404.
         if !VERSION_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -189,8 +191,10 @@ impl Session {
     /// A session for an existing client (the operator's impersonating clients).
     ///
     /// # Caveats
-    /// Its exec and port-forward streams share the client's read timeout: a stream
-    /// silent for [`READ_TIMEOUT`] is closed.
+    /// Its exec and port-forward streams go through the same client. On a client from
+    /// [`super::transport`] (the operator's) they leave its read timeout behind with the
+    /// HTTP/1.1 connection they upgrade; on another client a stream silent for
+    /// [`READ_TIMEOUT`] is closed.
     pub fn from_client(client: kube::Client, namespace: String, dry_run: bool) -> Self {
         Self {
             discovery: Discovery::new(client.clone()),
@@ -221,7 +225,7 @@ impl Session {
 /// As [`Session::connect`].
 pub async fn connect_config(defaults: &KubeOptions) -> Result<(kube::Client, kube::Config)> {
     let (config, _) = load_config(&SessionKey::default(), defaults).await?;
-    let client = kube::Client::try_from(config.clone()).map_err(Error::BuildClient)?;
+    let client = super::transport::client(&config).map_err(Error::BuildTransport)?;
     Ok((client, config))
 }
 

@@ -124,8 +124,11 @@ impl Parts {
             .as_deref()
             .map(registration::label_selector)
             .transpose()?;
+        // Hosted scripts reach the API server over connections of their own: a tenant's
+        // streams (a watch, a follow) never share one with the operator's own calls.
+        let tenants = crate::k8s::transport::client(&config).map_err(Error::BuildTenantClient)?;
         let ctx = Arc::new(context(
-            &client,
+            (&client, tenants),
             &opts,
             &material,
             &registry,
@@ -245,7 +248,7 @@ fn hosts(opts: &Options) -> (String, Vec<String>) {
 
 /// What every reconcile (and every admission review) shares.
 fn context(
-    client: &kube::Client,
+    (client, tenants): (&kube::Client, kube::Client),
     opts: &Options,
     material: &Certs,
     registry: &Arc<Registry>,
@@ -255,6 +258,7 @@ fn context(
 ) -> Context {
     Context {
         client: client.clone(),
+        tenants,
         logs: opts.logs_bind.is_some(),
         registry: registry.clone(),
         events: super::events::Events::start(&Recorder::new(

@@ -102,6 +102,8 @@ pub enum Error {
     LoseLeadership,
     #[error("starting the hosted controllers' worker threads: {0}")]
     StartPool(#[source] std::io::Error),
+    #[error("building the hosted controllers' client: {0}")]
+    BuildTenantClient(#[source] tower::BoxError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

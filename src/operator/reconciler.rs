@@ -37,6 +37,10 @@ pub(super) const RETRY: Duration = Duration::from_secs(20);
 pub struct Context {
     /// The operator's own client.
     pub client: kube::Client,
+    /// The client hosted scripts impersonate their ServiceAccounts through: the same
+    /// identity and settings as `client`, on connections of its own
+    /// (`docs/design/transport.md`).
+    pub tenants: kube::Client,
     /// Whether the operator serves the logs API (`kite logs`).
     pub logs: bool,
     pub registry: Arc<Registry>,

@@ -56,7 +56,7 @@ pub(super) async fn start<K: Tenant>(
     }
     let rbac = Verdict::yes("RBACReady", "Granted", rbac_message);
 
-    let client = identity::impersonating(&ctx.client, home, sa).map_err(Error::Impersonate)?;
+    let client = identity::impersonating(&ctx.tenants, home, sa).map_err(Error::Impersonate)?;
     let author = d
         .authority
         .as_ref()

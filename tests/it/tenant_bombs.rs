@@ -325,3 +325,110 @@ async fn a_namespace_whose_turns_are_held_for_good_holds_no_reconcile_slot() {
     // Deleting them works as ever (the finalizer is the operator's to remove).
     kubectl_ok(&["delete", "slc", "neighbour", "-n", beside, "--timeout=30s"]).await;
 }
+
+/// A hosted watch whose handler never lets its body be read fills its own HTTP/2
+/// stream's window and stops there: another tenant's calls on the same connection
+/// (the operator's tenants' lanes, `k8s::transport`) still go through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_nobody_reads_holds_back_no_other_tenant() {
+    use crate::security::{CEILING, slc, tenant};
+    install_starlarkcontroller_crd().await;
+    let stalled = TestNamespace::new("slc-unread").await;
+    let beside = TestNamespace::new("slc-reader").await;
+    let (stalled, beside) = (stalled.name.as_str(), beside.name.as_str());
+    let (attacker, neighbour) = (tenant(stalled).await, tenant(beside).await);
+    grant(
+        stalled,
+        &attacker,
+        "tenant-configmaps",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    create_enforced_deployment(stalled, "trigger", 1).await;
+    let ceiling = Ceiling::new(CEILING).await;
+    let label = format!("kite-test={stalled}");
+    let mut op = Operator::start_with(stalled, &ceiling, &["--selector", &label]).await;
+    op.also.push(beside.to_owned());
+    let labelled = |ns: &str, name: &str, script: &str| {
+        let mut o = slc(ns, name, json!({"script": script}));
+        o["metadata"]["labels"] = json!({"kite-test": stalled});
+        o
+    };
+    // The watch lists only the namespace's root CA; the first big ConfigMap's handler
+    // then sleeps for the rest
+    // of the handler's budget, so the body of the watch is not read while the others
+    // arrive.
+    const UNREAD: &str = "def slow(event, obj):\n    if not obj.metadata.name.startswith(\"big-\"):\n        return True\n    time.sleep(\"50s\")\n    return False\n\ndef reconcile(d):\n    k8s.watch(\"configmaps\", namespace = d.metadata.namespace, handler = slow, timeout = \"55s\")\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    let out = apply_as(&attacker, &labelled(stalled, "unread", UNREAD)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_condition(stalled, "unread", "Ready", "True", Duration::from_secs(60)).await;
+    let watcher = format!("system:serviceaccount:{stalled}:");
+    wait_until("the unread watch open", Duration::from_secs(30), || async {
+        audit_events(&format!("/api/v1/namespaces/{stalled}/configmaps?"))
+            .iter()
+            .any(|e| {
+                e["verb"] == "watch"
+                    && e["stage"] == "ResponseStarted"
+                    && e["impersonatedUser"]["username"]
+                        .as_str()
+                        .is_some_and(|u| u.starts_with(&watcher))
+            })
+    })
+    .await;
+    // 21 MB of ConfigMaps on that watch: far more than one stream's window (1 MiB),
+    // and more than hyper's adaptive window grows to (16 MiB).
+    let stall_began = std::time::Instant::now();
+    let filler = "x".repeat(900 * 1024);
+    for i in 0..24 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}"), "namespace": stalled},
+            "data": {"filler": filler}});
+        let out = kubectl_stdin(&["create", "-f", "-"], &cm.to_string()).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // The neighbour starts and records an Event for each deployment it sees, through
+    // its own impersonating client: the same lanes as the stalled watch.
+    const SEER: &str = "def reconcile(d):\n    k8s.event(d, reason = \"Seen\", message = \"seen by the neighbour\")\n\nk8s.control(\"deployments\", reconcile = reconcile)\n";
+    create_enforced_deployment(beside, "watched", 1).await;
+    let out = apply_as(&neighbour, &labelled(beside, "seer", SEER)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(
+        "the neighbour's Event while the other tenant's watch is unread",
+        Duration::from_secs(30),
+        || async {
+            let events = kubectl_ok(&[
+                "get",
+                "events",
+                "-n",
+                beside,
+                "--field-selector",
+                "reason=Seen,involvedObject.name=watched",
+                "-o",
+                "name",
+            ])
+            .await;
+            !events.trim().is_empty()
+        },
+    )
+    .await;
+    // Still within the stalled handler's sleep: the stall was in place all along.
+    assert!(
+        stall_began.elapsed() < Duration::from_secs(45),
+        "the check ran after the stalled handler's sleep"
+    );
+    kubectl_ok(&["delete", "slc", "unread", "-n", stalled, "--timeout=90s"]).await;
+    kubectl_ok(&["delete", "slc", "seer", "-n", beside, "--timeout=30s"]).await;
+}

@@ -601,3 +601,58 @@ impl Versions {
         self.seen.lock().unwrap().clone()
     }
 }
+
+/// The port of the local cluster's API server, from its kubeconfig.
+pub fn apiserver_port() -> u16 {
+    let text = std::fs::read_to_string(kubeconfig()).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .and_then(|url| {
+            url.trim()
+                .rsplit(':')
+                .next()?
+                .trim_matches('/')
+                .parse()
+                .ok()
+        })
+        .expect("the kubeconfig names the API server's port")
+}
+
+/// The established TCP connections process `pid` holds to the local API server: its
+/// sockets (`/proc/<pid>/fd`) matched by inode against the kernel's TCP tables.
+pub fn apiserver_connections(pid: u32) -> usize {
+    let port = apiserver_port();
+    let sockets: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .flat_map(|table| {
+            std::fs::read_to_string(table)
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // rem_address is HEXIP:HEXPORT, st 01 is ESTABLISHED, column 9 the inode.
+            cols.len() > 9
+                && cols[3] == "01"
+                && cols[2]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+                && sockets.contains(cols[9])
+        })
+        .count()
+}
