@@ -149,7 +149,11 @@ impl Session {
         let mut quiet = config.clone();
         quiet.read_timeout = None;
         let streaming = kube::Client::try_from(quiet).map_err(Error::BuildClient)?;
-        let client = super::transport::client(&config).map_err(Error::BuildTransport)?;
+        // `kite run` keeps kube's HTTP/1.1 client: a script's few workers have little to
+        // multiplex, and a round of `make bench` with HTTP/2 here cost the API server
+        // more CPU per correction (docs/design/transport.md). The operator, with
+        // hundreds of requests in flight, uses `super::transport` (`connect_config`).
+        let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
         // Once per process, in the background: a cluster outside the supported range is
         // said at the start, not guessed from a later 404.
         if !VERSION_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
