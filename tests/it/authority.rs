@@ -1,6 +1,8 @@
 //! The author check the operator's admission uses, against the real API server: a
 //! SubjectAccessReview per permission, for the user who wrote the spec.
 
+use std::time::Duration;
+
 use crate::support::*;
 use kite::Author;
 use kite::{Permission, first_denied, impersonation};
@@ -52,10 +54,19 @@ async fn an_author_is_checked_for_every_permission_they_would_grant() {
         permission("list", "apps", "deployments", ns),
         permission("patch", "apps", "deployments", ns),
     ];
-    assert_eq!(
-        first_denied(&client, &author, &deployments).await.unwrap(),
-        None
-    );
+    // The API server's authorizer sees the new binding through its own watch: poll
+    // until it does, then the same answer must hold.
+    wait_until(
+        "the deployer binding allows list and patch",
+        Duration::from_secs(30),
+        || async {
+            first_denied(&client, &author, &deployments)
+                .await
+                .unwrap()
+                .is_none()
+        },
+    )
+    .await;
 
     for (denied, says) in [
         (
