@@ -83,7 +83,7 @@ pub use control::webhook::WebhookRequest;
 pub use control::webhook::run::run as run_webhook;
 pub use dev::{Options as DevOptions, run as run_dev};
 pub use k8s::recorder::flush_all as flush_events;
-pub use k8s::session::{KubeOptions, connect_config};
+pub use k8s::session::{KubeOptions, connect_config, kube_config};
 /// The Kubernetes releases kite supports (for tests and tools that check a cluster).
 pub use k8s::support;
 pub use library::hosted::check as check_hosted;

@@ -76,7 +76,7 @@ fn logs(args: kite::cli::LogsArgs) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let kube_opts = kube_options(&args.cluster, false);
-        let (_, mut config) = kite::connect_config(&kube_opts).await?;
+        let mut config = kite::kube_config(&kube_opts).await?;
         // A followed log may be quiet for long: no read timeout.
         config.read_timeout = None;
         if args.as_user.is_some() {

@@ -233,6 +233,15 @@ pub async fn connect_config(defaults: &KubeOptions) -> Result<(kube::Client, kub
     Ok((client, config))
 }
 
+/// The settings for the command line's kubeconfig and context, with kite's timeouts,
+/// for a command that builds its own client (`kite logs`).
+///
+/// # Errors
+/// As [`Session::connect`].
+pub async fn kube_config(defaults: &KubeOptions) -> Result<kube::Config> {
+    Ok(load_config(&SessionKey::default(), defaults).await?.0)
+}
+
 /// The configuration for `key` (falling back to `defaults`), with kite's timeouts, and
 /// the name of the context in use.
 async fn load_config(key: &SessionKey, defaults: &KubeOptions) -> Result<(kube::Config, String)> {

@@ -236,17 +236,8 @@ impl tower::Service<Request> for Router {
         if wants_upgrade(&request) {
             // An exec or port-forward stream may rightly be silent for long once open:
             // the deadline is on its answer only.
-            let answer = self.upgrades.request(request);
-            let limit = self.read_timeout;
-            return Box::pin(async move {
-                let answer = match limit {
-                    Some(limit) => tokio::time::timeout(limit, answer)
-                        .await
-                        .map_err(|_| timed_out(limit))??,
-                    None => answer.await?,
-                };
-                Ok(answer.map(Deadline::none))
-            });
+            let answer = answer_within(self.read_timeout, self.upgrades.request(request));
+            return Box::pin(async move { Ok(answer.await?.map(Deadline::none)) });
         }
         let chosen = &self.lanes[lane(
             self.lanes
@@ -254,20 +245,33 @@ impl tower::Service<Request> for Router {
                 .map(|l| l.in_flight.load(Ordering::Relaxed)),
         )];
         let counted = InFlight::on(chosen);
-        let answer = chosen.client.request(request);
-        let Some(limit) = self.read_timeout else {
-            return Box::pin(async move {
-                Ok(answer
-                    .await?
-                    .map(|body| Deadline::none(body).counted(counted)))
-            });
-        };
+        let limit = self.read_timeout;
+        let answer = answer_within(limit, chosen.client.request(request));
         Box::pin(async move {
-            let answer = tokio::time::timeout(limit, answer)
-                .await
-                .map_err(|_| timed_out(limit))??;
-            Ok(answer.map(|body| Deadline::new(body, limit).counted(counted)))
+            let body = |body| match limit {
+                Some(limit) => Deadline::new(body, limit),
+                None => Deadline::none(body),
+            };
+            Ok(answer.await?.map(|b| body(b).counted(counted)))
         })
+    }
+}
+
+/// The answer's head, failing when it has not come within `limit` (if any).
+async fn answer_within<F, E>(
+    limit: Option<Duration>,
+    answer: F,
+) -> Result<http::Response<Incoming>, BoxError>
+where
+    F: Future<Output = Result<http::Response<Incoming>, E>>,
+    E: Into<BoxError>,
+{
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, answer)
+            .await
+            .map_err(|_| timed_out(limit))?
+            .map_err(Into::into),
+        None => answer.await.map_err(Into::into),
     }
 }
 
