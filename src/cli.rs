@@ -159,7 +159,7 @@ pub struct OperatorArgs {
     /// At most one status write per StarlarkController this often. A change to its
     /// counts alone (reconciles, errors) waits longer when the operator hosts more than
     /// 100: such writes are spread to 50 a second in all.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_period)]
     pub status_period: std::time::Duration,
     /// How often a running controller's author is checked again (deleted, or refused by
     /// a SubjectAccessReview now), as are its approval's age and its read access.
@@ -500,4 +500,28 @@ pub struct LogArgs {
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     crate::duration::parse(s).map_err(|e| e.to_string())
+}
+
+/// A period something is done every: a duration, and not zero.
+fn parse_period(s: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("a period must be longer than zero".into()),
+        d => Ok(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zero period would be a timer that never waits (tokio refuses one outright).
+    #[test]
+    fn a_period_of_zero_is_refused_with_its_reason() {
+        assert_eq!(
+            parse_period("0s").unwrap_err(),
+            "a period must be longer than zero"
+        );
+        assert_eq!(parse_period("2s"), Ok(std::time::Duration::from_secs(2)));
+        assert!(parse_period("soon").is_err());
+    }
 }

@@ -1,6 +1,8 @@
 //! `k8s.event`: core/v1 Events attached to an object, aggregated like client-go's
 //! correlator so a repeated event bumps `count` instead of piling up new objects.
 
+use std::time::Duration;
+
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -220,8 +222,17 @@ pub async fn write(session: &Session, event: &Prepared, count: i64) -> Result<Js
     }
 }
 
+/// Conflicts retried on one count before it is given up (and reported as failed).
+const BUMP_ATTEMPTS: u32 = 8;
+
 /// Counts an existing event `by` more. The resourceVersion precondition keeps two
-/// workers from losing a count; a conflict is retried a few times.
+/// writers from losing a count; a conflict is retried after a jittered pause.
+///
+/// # Caveats
+/// Several controllers that report the same thing about one object (the operator's
+/// controllers in one namespace, each correcting the same drift) count one Event
+/// together. Retried at once, four of them lost counts to each other within three
+/// retries (issue 28's bench); the pause spreads them apart.
 async fn bump(
     api: &Api<DynamicObject>,
     name: &str,
@@ -246,7 +257,11 @@ async fn bump(
             ..Default::default()
         };
         match api.patch(name, &params, &Patch::Merge(patch)).await {
-            Err(kube::Error::Api(s)) if s.code == 409 && attempt < 3 => attempt += 1,
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt + 1 < BUMP_ATTEMPTS => {
+                let pause = Duration::from_millis(5 << attempt.min(6));
+                tokio::time::sleep(crate::duration::jittered(pause, 1.0)).await;
+                attempt += 1;
+            }
             other => return to_json(&other?),
         }
     }
@@ -291,6 +306,9 @@ mod tests {
         assert!(a.starts_with("web."));
     }
 
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     fn session() -> Session {
         let service = tower::service_fn(|_req: hyper::Request<kube::client::Body>| async {
             Err::<hyper::Response<kube::client::Body>, std::io::Error>(std::io::Error::other(
@@ -298,6 +316,76 @@ mod tests {
             ))
         });
         Session::from_client(kube::Client::new(service, "t"), "t".into(), false)
+    }
+
+    /// A server where the Event exists, holding `count`, and whose first `conflicts`
+    /// patches of it lose a race; counts the patches it was sent.
+    fn contended(conflicts: usize, patches: Arc<AtomicUsize>) -> Session {
+        use http_body_util::BodyExt;
+        let service = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+            let patches = patches.clone();
+            async move {
+                let (status, body) = match req.method().as_str() {
+                    "POST" => (
+                        409,
+                        json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+                    ),
+                    "GET" => (
+                        200,
+                        json!({"apiVersion": "v1", "kind": "Event",
+                        "metadata": {"name": "e", "namespace": "t", "resourceVersion": "7"},
+                        "count": 4}),
+                    ),
+                    _ if patches.fetch_add(1, Ordering::SeqCst) < conflicts => (
+                        409,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "Conflict", "code": 409}),
+                    ),
+                    _ => {
+                        let sent = req.into_body().collect().await.unwrap().to_bytes();
+                        let mut patch: Json = serde_json::from_slice(&sent).unwrap();
+                        patch["apiVersion"] = json!("v1");
+                        patch["kind"] = json!("Event");
+                        patch["metadata"]["name"] = json!("e");
+                        (200, patch)
+                    }
+                };
+                let body = http_body_util::Full::new(bytes::Bytes::from(body.to_string()))
+                    .map_err(|e: std::convert::Infallible| match e {});
+                let mut answer = hyper::Response::new(body.boxed_unsync());
+                *answer.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                Ok::<_, std::convert::Infallible>(answer)
+            }
+        });
+        Session::from_client(kube::Client::new(service, "t"), "t".into(), false)
+    }
+
+    /// Several controllers counting one Event: a count that loses a few races in a
+    /// row is still written, not given up after the third.
+    #[tokio::test]
+    async fn a_count_that_loses_races_is_retried_until_it_lands() {
+        let patches = Arc::new(AtomicUsize::new(0));
+        let session = contended(5, patches.clone());
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "t", "uid": "u"}});
+        let event = prepare(&session, &obj, &spec("R", "m")).unwrap();
+        let written = tokio::time::timeout(Duration::from_secs(30), write(&session, &event, 2))
+            .await
+            .expect("written within 30 s")
+            .expect("written");
+        assert_eq!(written["count"], 6, "4 counted before, 2 now");
+        assert_eq!(
+            patches.load(Ordering::SeqCst),
+            6,
+            "5 lost races, then the write"
+        );
+        // Against a server where every count loses, it gives up and says so.
+        let session = contended(usize::MAX, Arc::new(AtomicUsize::new(0)));
+        let lost = tokio::time::timeout(Duration::from_secs(30), write(&session, &event, 1))
+            .await
+            .expect("gave up within 30 s");
+        assert!(lost.is_err(), "{lost:?}");
     }
 
     /// The names copied from the object are names, never a payload that would ride in

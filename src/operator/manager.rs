@@ -22,7 +22,7 @@ use super::certs;
 use super::fanout::Taps;
 use super::kinds;
 use super::registration::{self, Endpoint, Registration};
-use super::registry::{Key, Registry};
+use super::registry::{Key, PendingStatus, Registry};
 use super::resource::{ClusterStarlarkController, StarlarkController, StarlarkControllerStatus};
 use super::tenant::is_cluster_key;
 use super::trigger;
@@ -478,20 +478,44 @@ async fn flush_statuses(
         // write after another left thousands of Ready controllers unreported for a minute.
         // Shared by the running controllers only: refused resources cost a tenant
         // nothing, so their number must not slow everyone's counts.
-        let writes = registry
-            .pending_statuses(counts_every(period, registry.running()))
-            .into_iter()
-            .map(|(key, status)| {
-                let (client, registry) = (&client, &registry);
-                async move { write_status(client, registry, key, status).await }
-            });
-        futures::StreamExt::for_each_concurrent(
-            futures::stream::iter(writes),
+        let (decided, counts) = registry.pending_statuses(
+            counts_every(period, registry.running()),
+            counts_per_tick(period),
+        );
+        let write = |(key, status): PendingStatus| {
+            let (client, registry) = (client.clone(), registry.clone());
+            async move { write_status(&client, &registry, key, status).await }
+        };
+        let decided = futures::StreamExt::for_each_concurrent(
+            futures::stream::iter(decided.into_iter().map(write)),
             STATUS_WRITES,
             |w| w,
-        )
-        .await;
+        );
+        // The counts at their rate, one after another's start: a burst of them, even
+        // a capped one, is what every controller's own calls then wait behind.
+        let start = tokio::time::Instant::now();
+        let paced = counts.into_iter().enumerate().map(|(i, w)| {
+            // Within the period: the cap keeps `i` below its share of it.
+            let delay = count_pace().saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
+            let at = start + delay.min(period);
+            let write = write(w);
+            async move {
+                tokio::time::sleep_until(at).await;
+                write.await;
+            }
+        });
+        let counts = futures::StreamExt::for_each_concurrent(
+            futures::stream::iter(paced),
+            STATUS_WRITES,
+            |w| w,
+        );
+        futures::future::join(decided, counts).await;
     }
+}
+
+/// The time between two writes of counts alone: [`COUNT_WRITES_PER_SECOND`] apart.
+fn count_pace() -> Duration {
+    Duration::from_secs(1) / COUNT_WRITES_PER_SECOND
 }
 
 /// Status writes under way at once.
@@ -508,6 +532,13 @@ fn counts_every(period: Duration, hosted: usize) -> Duration {
     let share = Duration::from_secs(1) * u32::try_from(hosted).unwrap_or(u32::MAX)
         / COUNT_WRITES_PER_SECOND;
     period.max(share)
+}
+
+/// Writes of counts alone in one `period`: [`COUNT_WRITES_PER_SECOND`] as a cap, not
+/// only as an average, and at least one.
+fn counts_per_tick(period: Duration) -> usize {
+    let per_tick = period.as_millis() * u128::from(COUNT_WRITES_PER_SECOND) / 1000;
+    usize::try_from(per_tick).unwrap_or(usize::MAX).max(1)
 }
 
 /// Writes one controller's status, and records it as written.
@@ -560,5 +591,13 @@ mod tests {
         assert_eq!(counts_every(period, 5000), Duration::from_secs(100));
         // No overflow, however many.
         assert!(counts_every(period, usize::MAX) > Duration::from_secs(85_899_345));
+    }
+
+    #[test]
+    fn counts_written_in_one_period_stay_within_their_rate() {
+        assert_eq!(counts_per_tick(Duration::from_secs(2)), 100);
+        assert_eq!(counts_per_tick(Duration::from_millis(10)), 1);
+        assert_eq!(counts_per_tick(Duration::ZERO), 1);
+        assert!(counts_per_tick(Duration::MAX) > 1_000_000);
     }
 }

@@ -15,6 +15,9 @@ use crate::script::journal::Journal;
 /// `(namespace, name)` of a StarlarkController.
 pub type Key = (String, String);
 
+/// A status to write, and whose.
+pub type PendingStatus = (Key, StarlarkControllerStatus);
+
 /// What the operator holds for one StarlarkController.
 #[derive(Default)]
 pub struct Entry {
@@ -428,25 +431,47 @@ impl Registry {
             .collect()
     }
 
-    /// Statuses that differ from what was last written: at once where the decision
-    /// changed, and where only the counts did, once their last write is `counts_every`
-    /// old ([`status::counts_only`]).
-    pub fn pending_statuses(&self, counts_every: Duration) -> Vec<(Key, StarlarkControllerStatus)> {
-        self.lock()
+    /// Statuses that differ from what was last written: where the decision changed
+    /// (all of them), and where only the counts did, once their last write is
+    /// `counts_every` old ([`status::counts_only`]): at most `counts_at_most` of
+    /// those, the longest unwritten first.
+    ///
+    /// # Caveats
+    /// The cap is what keeps the counts' rate: controllers started together (every one
+    /// of them, after a restart) fall due together, and writing them all at once put a
+    /// thousand status writes into one second of the API server's, which every
+    /// controller's own calls waited behind (issue 28's drift p99 at 1000).
+    pub fn pending_statuses(
+        &self,
+        counts_every: Duration,
+        counts_at_most: usize,
+    ) -> (Vec<PendingStatus>, Vec<PendingStatus>) {
+        let mut counts = Vec::new();
+        let decided: Vec<PendingStatus> = self
+            .lock()
             .iter()
             .filter_map(|(k, e)| {
                 let live = e.hosted.as_ref().map(live).unwrap_or_default();
                 let next = status::render(&e.outcome, &live, e.written.as_ref());
-                let due = match (&e.written, e.written_at) {
-                    (Some(w), _) if *w == next => false,
+                match (&e.written, e.written_at) {
+                    (Some(w), _) if *w == next => None,
                     (Some(w), Some(at)) if status::counts_only(&next, w) => {
-                        at.elapsed() >= counts_every
+                        if at.elapsed() >= counts_every {
+                            counts.push((at, (k.clone(), next)));
+                        }
+                        None
                     }
-                    _ => true,
-                };
-                due.then(|| (k.clone(), next))
+                    _ => Some((k.clone(), next)),
+                }
             })
-            .collect()
+            .collect();
+        counts.sort_by_key(|(at, _)| *at);
+        let counts = counts
+            .into_iter()
+            .take(counts_at_most)
+            .map(|(_, w)| w)
+            .collect();
+        (decided, counts)
     }
 
     /// Remembers a status as written.
@@ -540,6 +565,52 @@ mod tests {
             0,
             "another namespace"
         );
+    }
+
+    #[test]
+    fn counts_alone_are_written_a_few_at_a_time_the_longest_unwritten_first() {
+        let registry = Registry::default();
+        let busier = status::Live {
+            reconciles: 5,
+            ..Default::default()
+        };
+        let now = Instant::now();
+        for i in 0..5u64 {
+            let key: Key = ("t".into(), format!("c{i}"));
+            registry.decide(
+                key.clone(),
+                &format!("u{i}"),
+                1,
+                Outcome::default(),
+                None,
+                None,
+            );
+            let written = status::render(&Outcome::default(), &busier, None);
+            let mut entries = registry.lock();
+            let e = entries.get_mut(&key).unwrap();
+            e.written = Some(written);
+            e.written_at = now.checked_sub(Duration::from_secs(10 + i));
+        }
+        // A decision never written: never held back by the cap.
+        registry.decide(
+            ("t".into(), "new".into()),
+            "n",
+            1,
+            Outcome::default(),
+            None,
+            None,
+        );
+        let names = |due: Vec<PendingStatus>| -> Vec<String> {
+            let mut names: Vec<String> = due.into_iter().map(|((_, name), _)| name).collect();
+            names.sort();
+            names
+        };
+        let (decided, counts) = registry.pending_statuses(Duration::from_secs(1), 2);
+        assert_eq!(names(decided), ["new"]);
+        assert_eq!(names(counts), ["c3", "c4"]);
+        let (decided, counts) = registry.pending_statuses(Duration::from_mins(1), 2);
+        assert_eq!(names(decided), ["new"]);
+        assert!(counts.is_empty(), "none is due yet");
     }
 
     #[test]
