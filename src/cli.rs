@@ -163,7 +163,7 @@ pub struct OperatorArgs {
     pub status_period: std::time::Duration,
     /// How often a running controller's author is checked again (deleted, or refused by
     /// a SubjectAccessReview now), as are its approval's age and its read access.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_period)]
     pub recheck_period: std::time::Duration,
     /// The shortest poll, resync, backoff or requeue a hosted controller may use.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]

@@ -509,7 +509,12 @@ async fn flush_statuses(
             STATUS_WRITES,
             |w| w,
         );
-        futures::future::join(decided, counts).await;
+        // Paced writes take about a period: one that was built before the lease was
+        // lost must not land after it.
+        tokio::select! {
+            () = &mut stop => return,
+            _ = futures::future::join(decided, counts) => {}
+        }
     }
 }
 

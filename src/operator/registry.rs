@@ -31,6 +31,10 @@ pub struct Entry {
     /// The status last written, to skip writes that change nothing, and when.
     pub written: Option<StarlarkControllerStatus>,
     pub written_at: Option<Instant>,
+    /// When a write of its counts alone was last handed out, written or not: the
+    /// counts' turn goes round past writes that fail (a deleted object's 404s, a
+    /// timeout) rather than stay at the head of the line.
+    pub counts_tried_at: Option<Instant>,
     /// The identity generated for the running controller, re-applied when someone
     /// deletes or edits part of it.
     pub grants: Option<Arc<Grant>>,
@@ -447,8 +451,8 @@ impl Registry {
         counts_at_most: usize,
     ) -> (Vec<PendingStatus>, Vec<PendingStatus>) {
         let mut counts = Vec::new();
-        let decided: Vec<PendingStatus> = self
-            .lock()
+        let mut entries = self.lock();
+        let decided: Vec<PendingStatus> = entries
             .iter()
             .filter_map(|(k, e)| {
                 let live = e.hosted.as_ref().map(live).unwrap_or_default();
@@ -456,8 +460,9 @@ impl Registry {
                 match (&e.written, e.written_at) {
                     (Some(w), _) if *w == next => None,
                     (Some(w), Some(at)) if status::counts_only(&next, w) => {
-                        if at.elapsed() >= counts_every {
-                            counts.push((at, (k.clone(), next)));
+                        let since = e.counts_tried_at.map_or(at, |tried| tried.max(at));
+                        if since.elapsed() >= counts_every {
+                            counts.push((since, (k.clone(), next)));
                         }
                         None
                     }
@@ -465,12 +470,15 @@ impl Registry {
                 }
             })
             .collect();
-        counts.sort_by_key(|(at, _)| *at);
-        let counts = counts
-            .into_iter()
-            .take(counts_at_most)
-            .map(|(_, w)| w)
-            .collect();
+        counts.sort_by_key(|(since, _)| *since);
+        counts.truncate(counts_at_most);
+        let now = Instant::now();
+        for (_, (key, _)) in &counts {
+            if let Some(e) = entries.get_mut(key) {
+                e.counts_tried_at = Some(now);
+            }
+        }
+        let counts = counts.into_iter().map(|(_, w)| w).collect();
         (decided, counts)
     }
 
@@ -608,6 +616,11 @@ mod tests {
         let (decided, counts) = registry.pending_statuses(Duration::from_secs(1), 2);
         assert_eq!(names(decided), ["new"]);
         assert_eq!(names(counts), ["c3", "c4"]);
+        // Never written (their writes failed): the others' turn comes all the same.
+        let (_, counts) = registry.pending_statuses(Duration::from_secs(1), 2);
+        assert_eq!(names(counts), ["c1", "c2"]);
+        let (_, counts) = registry.pending_statuses(Duration::from_secs(1), 2);
+        assert_eq!(names(counts), ["c0"]);
         let (decided, counts) = registry.pending_statuses(Duration::from_mins(1), 2);
         assert_eq!(names(decided), ["new"]);
         assert!(counts.is_empty(), "none is due yet");
