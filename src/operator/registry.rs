@@ -438,7 +438,8 @@ impl Registry {
     /// Statuses that differ from what was last written: where the decision changed
     /// (all of them), and where only the counts did, once their last write is
     /// `counts_every` old ([`status::counts_only`]): at most `counts_at_most` of
-    /// those, the longest unwritten first.
+    /// those, the longest waiting first (since their last write or last handing out,
+    /// [`Entry::counts_tried_at`]).
     ///
     /// # Caveats
     /// The cap is what keeps the counts' rate: controllers started together (every one
