@@ -8,7 +8,7 @@
 //!   loads, AttrDict, JSON conversion, diagnostics, time and memory budgets, printing,
 //!   `kite run` and `kite check`.
 //! - `k8s`: the `k8s` Starlark module: sessions, the HTTP/2 transport to the API
-//!   server, kind resolution (discovery), the cluster operations, events, waits,
+//!   server, handler threads' own connections (`k8s::local`), kind resolution (discovery), the cluster operations, events, waits,
 //!   watches, and the `k8s.obj` builders.
 //! - `library`: the one place that composes the host's globals with `k8s` and
 //!   `k8s.control`, once per edition: `kite run`'s (everything) and, in

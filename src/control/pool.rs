@@ -349,6 +349,8 @@ fn spawn(inner: &Arc<Inner>) -> std::io::Result<()> {
                 watch: crate::script::budget::Watch::default(),
             });
             thread.watch.this_thread();
+            // Handlers' API calls run on this thread's own runtime and connection.
+            let _own_runtime = crate::k8s::local::allow_here();
             run(&me, number, &thread);
         });
     match spawned {

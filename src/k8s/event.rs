@@ -34,7 +34,7 @@ fn events_api(session: &Session, namespace: &str) -> Api<DynamicObject> {
         kind: "Event".into(),
         plural: "events".into(),
     };
-    Api::namespaced_with(session.client.clone(), namespace, &ar)
+    Api::namespaced_with(session.client_here(), namespace, &ar)
 }
 
 /// A name that is the same for identical events of one object, so that a repeat finds

@@ -59,7 +59,7 @@ pub async fn evict(
     grace_period: Option<u32>,
     deadline: Instant,
 ) -> Result<()> {
-    let api: Api<Pod> = Api::namespaced(session.client.clone(), namespace);
+    let api: Api<Pod> = Api::namespaced(session.client_here(), namespace);
     let params = EvictParams {
         delete_options: Some(DeleteParams {
             grace_period_seconds: grace_period,

@@ -8,6 +8,7 @@ pub mod drain;
 pub mod event;
 pub mod eviction;
 pub mod exec;
+pub mod local;
 pub mod logs;
 pub mod manifest;
 pub mod module;

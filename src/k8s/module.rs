@@ -374,8 +374,15 @@ impl<'a> Call<'a> {
     /// Runs an operation on the async runtime with this call's deadline; errors are
     /// prefixed with the call's name, e.g. `k8s.get: pods "x" not found (404)`.
     pub(super) fn run<T>(&self, fut: impl Future<Output = ops::Result<T>>) -> anyhow::Result<T> {
-        crate::script::budget::block_on(&self.host.runtime, ops::with_timeout(self.timeout, fut))
-            .map_err(|e| anyhow::anyhow!("k8s.{}: {e}", self.name))?
+        let fut = ops::with_timeout(self.timeout, fut);
+        // On a handler thread with a runtime of its own, the call runs there, on the
+        // thread's own connection (`super::local`): no hand-off to the shared runtime.
+        let own = self.session.own_config().and_then(super::local::prepare);
+        let out = match own {
+            Some(rt) => super::local::block_on(&rt, fut),
+            None => crate::script::budget::block_on(&self.host.runtime, fut),
+        };
+        out.map_err(|e| anyhow::anyhow!("k8s.{}: {e}", self.name))?
             .map_err(|e| anyhow::anyhow!("k8s.{}: {e}", self.name))
     }
 

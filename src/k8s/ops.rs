@@ -90,8 +90,8 @@ impl Target {
     pub fn api(&self, session: &Session) -> Api<DynamicObject> {
         let ar = &self.resource.api_resource;
         match self.namespace.as_deref() {
-            Some("*") | None => Api::all_with(session.client.clone(), ar),
-            Some(ns) => Api::namespaced_with(session.client.clone(), ns, ar),
+            Some("*") | None => Api::all_with(session.client_here(), ar),
+            Some(ns) => Api::namespaced_with(session.client_here(), ns, ar),
         }
     }
 
@@ -317,7 +317,7 @@ pub async fn patch(
 
 /// The API server's version.
 pub async fn version(session: &Session) -> Result<Json> {
-    let info = session.client.apiserver_version().await?;
+    let info = session.client_here().apiserver_version().await?;
     serde_json::to_value(info)
         .map(with_snake_keys)
         .map_err(Error::Encode)

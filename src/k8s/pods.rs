@@ -67,7 +67,7 @@ impl PodRef {
             .filter(|n| !n.is_empty())
             .unwrap_or(&session.namespace)
             .to_owned();
-        let api: Api<Pod> = Api::namespaced(session.client.clone(), &namespace);
+        let api: Api<Pod> = Api::namespaced(session.client_here(), &namespace);
         let pod = api.get(&name).await.map_err(|source| Error::GetPod {
             namespace: namespace.clone(),
             pod: name.clone(),

@@ -1,7 +1,7 @@
 //! A connection to one cluster: the client, its discovery cache and default namespace.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 /// Derived sessions (the same connection, another namespace) a [`SessionCell`] keeps.
@@ -95,6 +95,9 @@ pub struct Session {
     /// Its Events are written at once, never in the background: a fake cluster's (in
     /// memory, and a test looks at them right after the reconcile).
     pub immediate_events: bool,
+    /// The settings it was made from, when it connected itself ([`Session::connect`]):
+    /// a handler thread makes its own client from them ([`Session::client_here`]).
+    config: Option<Arc<kube::Config>>,
 }
 
 impl Session {
@@ -133,7 +136,24 @@ impl Session {
             recorder: Arc::default(),
             events_charged_to: self.events_charged_to.clone(),
             immediate_events: self.immediate_events,
+            config: self.config.clone(),
         }
+    }
+
+    /// The client for a request made now: inside a handler thread's own call
+    /// ([`super::local`]), that thread's; else the shared one.
+    pub fn client_here(&self) -> kube::Client {
+        self.config
+            .as_ref()
+            .and_then(super::local::client)
+            .unwrap_or_else(|| self.client.clone())
+    }
+
+    /// The settings it connected with, if it connected itself ([`Session::connect`]): a
+    /// handler thread can then make its own client from them ([`Session::client_here`]).
+    /// None for a session on a given client (a hosted script's impersonating one).
+    pub fn own_config(&self) -> Option<&Arc<kube::Config>> {
+        self.config.as_ref()
     }
 
     /// Connects with explicit settings, falling back to `defaults` (the command line).
@@ -153,7 +173,7 @@ impl Session {
         // multiplex, and a round of `make bench` with HTTP/2 here cost the API server
         // more CPU per correction (docs/design/transport.md). The operator, with
         // hundreds of requests in flight, uses `super::transport` (`connect_config`).
-        let client = kube::Client::try_from(config).map_err(Error::BuildClient)?;
+        let client = kube::Client::try_from(config.clone()).map_err(Error::BuildClient)?;
         // Once per process, in the background: a cluster outside the supported range is
         // said at the start, not guessed from a later 404.
         if !VERSION_CHECKED.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -170,6 +190,7 @@ impl Session {
             instance: None,
             recorder: Arc::default(),
             immediate_events: false,
+            config: Some(Arc::new(config)),
         })
     }
 
@@ -189,6 +210,7 @@ impl Session {
             recorder: self.recorder.clone(),
             events_charged_to: self.events_charged_to.clone(),
             immediate_events: self.immediate_events,
+            config: self.config.clone(),
         }
     }
 
@@ -211,6 +233,7 @@ impl Session {
             instance: None,
             recorder: Arc::default(),
             immediate_events: false,
+            config: None,
         }
     }
 
@@ -306,13 +329,15 @@ impl SessionCell {
     /// Makes `session` the default and the only identity: `k8s.config(namespace=...)`
     /// derives from it, and other kubeconfigs or contexts are refused. The operator pins
     /// each hosted script to its ServiceAccount this way.
+    ///
+    /// A poisoned lock is taken anyway: a pin must never be skipped, or a hosted
+    /// script would fall back to the process's own identity.
     pub fn pin(&self, session: Arc<Session>) {
-        if let Ok(mut map) = self.sessions.lock() {
-            map.insert(SessionKey::default(), session.clone());
-        }
-        if let Ok(mut p) = self.pinned.lock() {
-            *p = Some(session);
-        }
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(SessionKey::default(), session.clone());
+        *self.pinned.lock().unwrap_or_else(PoisonError::into_inner) = Some(session);
     }
 
     /// Registers a session made elsewhere (`k8s.fake(...)`'s in-memory cluster) under
@@ -343,7 +368,13 @@ impl SessionCell {
         if key.kubeconfig.is_some() || key.context.is_some() {
             return false;
         }
-        let pinned = self.pinned.lock().ok().and_then(|p| p.clone());
+        // Read even if poisoned: a pinned cell must never fall back to connecting with
+        // the process's own identity.
+        let pinned = self
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         pinned.is_some_and(|p| inserted.values().any(|s| Arc::ptr_eq(s, &p)))
     }
 
@@ -364,7 +395,13 @@ impl SessionCell {
             m.get(&(key.kubeconfig.clone(), key.context.clone()))
                 .cloned()
         });
-        let pinned = self.pinned.lock().ok().and_then(|p| p.clone());
+        // Read even if poisoned: a pinned cell must never fall back to connecting with
+        // the process's own identity.
+        let pinned = self
+            .pinned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let (session, derived) = match (inserted, pinned) {
             (Some(base), _) => (Arc::new(base.derive(key)), true),
             (None, Some(_)) if key.kubeconfig.is_some() || key.context.is_some() => {

@@ -25,8 +25,8 @@ fn metrics_api(
         plural: plural.into(),
     };
     match namespace {
-        Some(ns) => Api::namespaced_with(session.client.clone(), ns, &ar),
-        None => Api::all_with(session.client.clone(), &ar),
+        Some(ns) => Api::namespaced_with(session.client_here(), ns, &ar),
+        None => Api::all_with(session.client_here(), &ar),
     }
 }
 

@@ -77,6 +77,8 @@ pub enum Error {
     ConfigureAuth(#[source] kube::Error),
     #[error("setting up the configured request headers: {0}")]
     ConfigureHeaders(#[source] kube::Error),
+    #[error("a proxy (proxy-url) is configured, which this client does not support")]
+    UseProxy,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -94,12 +96,31 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// HTTP/1.1 client for it. Client certificates from an exec credential plugin are read
 /// once, as kube's client reads them.
 pub fn transport(config: &kube::Config) -> Result<kube::Client> {
+    build(config, LANES, true)
+}
+
+/// A client for `config` over HTTP/1.1 only, with the same deadlines and layers as
+/// [`transport`]: a handler thread's own (`super::local`), which makes one request at a
+/// time and has nothing to multiplex.
+///
+/// # Errors
+/// As [`transport`].
+pub fn http1(config: &kube::Config) -> Result<kube::Client> {
+    if config.proxy_url.is_some() {
+        return Err(Error::UseProxy);
+    }
+    build(config, 1, false)
+}
+
+/// A client whose requests go over `lanes` pooled hyper clients (offering HTTP/2 when
+/// `multiplex`).
+fn build(config: &kube::Config, lanes: usize, multiplex: bool) -> Result<kube::Client> {
     // Read once: an exec credential plugin runs for each read.
     let tls = config.rustls_client_config().map_err(Error::ConfigureTls)?;
-    let lanes = (0..LANES)
+    let lanes = (0..lanes)
         .map(|_| {
             Ok(Lane {
-                client: hyper_client(config, tls.clone(), true)?,
+                client: hyper_client(config, tls.clone(), multiplex)?,
                 in_flight: Arc::default(),
             })
         })
@@ -163,7 +184,12 @@ fn hyper_client(
     client
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(IDLE);
+        .pool_idle_timeout(IDLE)
+        // hyper's default, said because it is relied on: a request not yet written
+        // when its pooled connection turns out closed is sent again on a new one. A
+        // handler thread's own connection (`super::local`) is polled only during its
+        // calls, so it learns of a server's close only when the next call uses it.
+        .retry_canceled_requests(true);
     let connector = if multiplex {
         client
             .http2_keep_alive_interval(PING_INTERVAL)

@@ -120,7 +120,7 @@ pub async fn run(
         .as_str()
         .unwrap_or("Pending")
         .to_owned();
-    let pods: Api<Pod> = Api::namespaced(session.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(session.client_here(), &ns);
     if spec.restart == "Never" && !session.dry_run {
         let mut pause = Duration::from_millis(200);
         while !matches!(phase.as_str(), "Succeeded" | "Failed") && Instant::now() + pause < deadline

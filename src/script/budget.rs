@@ -208,14 +208,30 @@ pub fn block_on<T>(
     runtime: &tokio::runtime::Handle,
     fut: impl Future<Output = T>,
 ) -> Result<T, Interrupted> {
-    let Some(budget) = current() else {
-        return Ok(runtime.block_on(fut));
-    };
-    // Nothing starts once cancelled (a write must not go out after the lease is lost).
-    if budget.stop.as_ref().is_some_and(Cancel::is_set) {
+    runtime.block_on(bounded(fut)?)
+}
+
+/// `fut` raced against this thread's budget (as it is now), for whichever runtime
+/// waits for it; outside a [`scope`], `fut` alone.
+///
+/// # Errors
+/// [`Interrupted::Stopped`] at once when the call is already stopped: nothing starts
+/// then (a write must not go out after the lease is lost).
+pub fn bounded<F: Future>(
+    fut: F,
+) -> Result<impl Future<Output = Result<F::Output, Interrupted>>, Interrupted> {
+    let budget = current();
+    if budget
+        .as_ref()
+        .and_then(|b| b.stop.as_ref())
+        .is_some_and(Cancel::is_set)
+    {
         return Err(Interrupted::Stopped);
     }
-    runtime.block_on(async move {
+    Ok(async move {
+        let Some(budget) = budget else {
+            return Ok(fut.await);
+        };
         let deadline = tokio::time::Instant::from_std(budget.deadline);
         let stopped = async {
             match &budget.stop {

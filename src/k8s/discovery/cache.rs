@@ -35,6 +35,9 @@ struct Inner {
     // Held for a whole discovery run, so that concurrent misses queue behind one run
     // and then share its result instead of each starting their own.
     running: tokio::sync::Mutex<()>,
+    /// Where runs are spawned: the runtime the cache was made on, not the caller's (a
+    /// handler thread's own runtime, `crate::k8s::local`, runs only while its call does).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 #[derive(Default)]
@@ -70,6 +73,7 @@ impl Discovery {
                 client,
                 state: RwLock::new(State::default()),
                 running: tokio::sync::Mutex::new(()),
+                runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }
     }
@@ -175,8 +179,12 @@ impl Discovery {
     /// budget) or drop the call at its deadline; the task ends and lets go either way.
     async fn rediscover(&self, seen_run: Option<u64>) -> Result<Arc<Snapshot>> {
         let this = self.clone();
-        tokio::spawn(async move { this.rediscover_here(seen_run).await })
-            .await
+        let run = async move { this.rediscover_here(seen_run).await };
+        let task = match &self.inner.runtime {
+            Some(rt) => rt.spawn(run),
+            None => tokio::spawn(run),
+        };
+        task.await
             .unwrap_or_else(|e| Err(Error::RunDiscovery(e.to_string())))
     }
 
