@@ -58,6 +58,13 @@ pub const STREAMS_PER_LANE: usize = 80;
 /// How long an unused connection stays open.
 const IDLE: Duration = Duration::from_secs(30);
 
+/// How long a handler thread's connection (`super::local`) may sit unused and still be
+/// taken for the next call. Nobody polls it between calls, so nothing notices a peer
+/// that vanished without a FIN (kube's client closes such a connection after its read
+/// timeout of silence, [`super::session::READ_TIMEOUT`]); past this a call opens a fresh
+/// one instead of waiting out the read timeout on a dead one.
+const THREAD_IDLE: Duration = Duration::from_secs(5);
+
 /// HTTP/2 flow control, as Go's HTTP/2 client sets it. A body nobody reads (a follow
 /// whose handler sleeps) stops its own stream once it has a stream window buffered,
 /// never the connection: the connection's window is far above what all the streams one
@@ -96,7 +103,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// HTTP/1.1 client for it. Client certificates from an exec credential plugin are read
 /// once, as kube's client reads them.
 pub fn transport(config: &kube::Config) -> Result<kube::Client> {
-    build(config, LANES, true)
+    build(config, LANES, true, IDLE)
 }
 
 /// A client for `config` over HTTP/1.1 only, with the same deadlines and layers as
@@ -109,25 +116,30 @@ pub fn http1(config: &kube::Config) -> Result<kube::Client> {
     if config.proxy_url.is_some() {
         return Err(Error::UseProxy);
     }
-    build(config, 1, false)
+    build(config, 1, false, THREAD_IDLE)
 }
 
 /// A client whose requests go over `lanes` pooled hyper clients (offering HTTP/2 when
-/// `multiplex`).
-fn build(config: &kube::Config, lanes: usize, multiplex: bool) -> Result<kube::Client> {
+/// `multiplex`), whose connections are reused for `idle` after their last request.
+fn build(
+    config: &kube::Config,
+    lanes: usize,
+    multiplex: bool,
+    idle: Duration,
+) -> Result<kube::Client> {
     // Read once: an exec credential plugin runs for each read.
     let tls = config.rustls_client_config().map_err(Error::ConfigureTls)?;
     let lanes = (0..lanes)
         .map(|_| {
             Ok(Lane {
-                client: hyper_client(config, tls.clone(), multiplex)?,
+                client: hyper_client(config, tls.clone(), multiplex, idle)?,
                 in_flight: Arc::default(),
             })
         })
         .collect::<Result<Vec<_>>>()?;
     let router = Router {
         lanes: lanes.into(),
-        upgrades: hyper_client(config, tls, false)?,
+        upgrades: hyper_client(config, tls, false, idle)?,
         read_timeout: config.read_timeout,
     };
     let retry = config
@@ -158,11 +170,13 @@ pub fn client(config: &kube::Config) -> std::result::Result<kube::Client, BoxErr
 }
 
 /// A pooled hyper client over TLS (or plain HTTP for an `http://` server), offering
-/// HTTP/2 by ALPN when `multiplex`, else HTTP/1.1 only.
+/// HTTP/2 by ALPN when `multiplex`, else HTTP/1.1 only; a connection unused for
+/// `idle` is not reused.
 fn hyper_client(
     config: &kube::Config,
     tls: rustls::ClientConfig,
     multiplex: bool,
+    idle: Duration,
 ) -> Result<HyperClient<Connector, kube::client::Body>> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -184,7 +198,7 @@ fn hyper_client(
     client
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(IDLE)
+        .pool_idle_timeout(idle)
         // hyper's default, said because it is relied on: a request not yet written
         // when its pooled connection turns out closed is sent again on a new one. A
         // handler thread's own connection (`super::local`) is polled only during its
