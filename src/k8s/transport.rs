@@ -111,7 +111,8 @@ pub fn transport(config: &kube::Config) -> Result<kube::Client> {
 /// time and has nothing to multiplex.
 ///
 /// # Errors
-/// As [`transport`].
+/// As [`transport`], and [`Error::UseProxy`] when `config` names a proxy (kube's own
+/// client serves that one).
 pub fn http1(config: &kube::Config) -> Result<kube::Client> {
     if config.proxy_url.is_some() {
         return Err(Error::UseProxy);
