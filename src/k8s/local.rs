@@ -5,7 +5,7 @@
 //! buffer task and the connection's task on tokio's workers, the answer came back by
 //! waking the pool thread, and each hand-off is a futex wake-up and a context switch.
 //! Measured on a 1000-deployment backlog (2026-12-07), running calls on the thread
-//! halved kite's context switches and took a tenth off its CPU (README, "The hop"). A pool
+//! halved kite's context switches and took an eighth off its CPU (README, "The hop"). A pool
 //! thread that allows it ([`allow_here`]) keeps a current-thread runtime of its own and,
 //! per cluster configuration, a client whose buffer and connection live on that
 //! runtime, so that [`block_on`] polls the whole request itself.
